@@ -1,0 +1,74 @@
+package bothy
+
+import (
+	"context"
+	"time"
+)
+
+// Computer states. A cold computer holds no compute.
+const (
+	StateCold      = "cold"
+	StateQueued    = "queued"
+	StateStarting  = "starting"
+	StateActive    = "active"
+	StateStopping  = "stopping"
+	StateFailed    = "failed"
+	StateDestroyed = "destroyed"
+)
+
+// Computer is the durable, logical computer. Its workspace is the revision
+// Revision (0 means the empty workspace, before any commit).
+type Computer struct {
+	ID             string `json:"id"`
+	TenantID       string `json:"tenant_id"`
+	Owner          string `json:"owner"`
+	ConversationID string `json:"conversation_id,omitempty"`
+	Label          string `json:"label,omitempty"`
+	Profile        string `json:"profile"`
+	State          string `json:"state"`
+	// Generation increases each time a new lease becomes active; a commit
+	// must name the current generation.
+	Generation int64 `json:"generation"`
+	// Revision is the number of the current revision, 0 before the first commit.
+	Revision int64 `json:"revision"`
+	// RootDigest is the current revision's root tree digest ("" when empty).
+	RootDigest string    `json:"root_digest,omitempty"`
+	CreatedAt  time.Time `json:"created_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+}
+
+// Validate reports whether c can be created.
+func (c *Computer) Validate() error {
+	if err := ValidateID("computer id", c.ID); err != nil {
+		return err
+	} else if err := ValidateID("tenant id", c.TenantID); err != nil {
+		return err
+	} else if c.Profile == "" {
+		return Errorf(EINVALID, "computer profile is required")
+	} else if len(c.Label) > 256 || len(c.ConversationID) > 256 || len(c.Owner) > 256 {
+		return Errorf(EINVALID, "computer owner, label and conversation id must be at most 256 bytes")
+	}
+	return nil
+}
+
+// ComputerFilter selects computers of one tenant. Empty fields match all.
+type ComputerFilter struct {
+	ConversationID string
+	Label          string
+	State          string
+	Offset, Limit  int // Limit 0 means 100
+}
+
+// ComputerService stores computers. Every method is scoped by tenant: a
+// computer of another tenant is ENOTFOUND.
+type ComputerService interface {
+	// CreateComputer stores c with State cold, Generation 0 and Revision 0
+	// unless set, and fills CreatedAt. An existing ID returns ECONFLICT.
+	CreateComputer(ctx context.Context, c *Computer) error
+	// FindComputer returns the computer, or ENOTFOUND.
+	FindComputer(ctx context.Context, tenantID, id string) (*Computer, error)
+	// ListComputers returns the tenant's computers ordered by creation time, then ID.
+	ListComputers(ctx context.Context, tenantID string, f ComputerFilter) ([]*Computer, error)
+	// SetComputerState sets the state, or returns ENOTFOUND.
+	SetComputerState(ctx context.Context, tenantID, id, state string) error
+}
