@@ -16,6 +16,15 @@ const (
 	StateDestroyed = "destroyed"
 )
 
+// ValidState reports whether s is one of the computer states.
+func ValidState(s string) bool {
+	switch s {
+	case StateCold, StateQueued, StateStarting, StateActive, StateStopping, StateFailed, StateDestroyed:
+		return true
+	}
+	return false
+}
+
 // Computer is the durable, logical computer. Its workspace is the revision
 // Revision (0 means the empty workspace, before any commit).
 type Computer struct {
@@ -63,12 +72,17 @@ type ComputerFilter struct {
 // computer of another tenant is ENOTFOUND.
 type ComputerService interface {
 	// CreateComputer stores c with State cold, Generation 0 and Revision 0
-	// unless set, and fills CreatedAt. An existing ID returns ECONFLICT.
+	// unless set, and fills CreatedAt if it is zero. An existing ID returns
+	// ECONFLICT, a missing tenant ENOTFOUND, an unknown state EINVALID.
+	// Stored times come back in UTC with microsecond precision.
 	CreateComputer(ctx context.Context, c *Computer) error
 	// FindComputer returns the computer, or ENOTFOUND.
 	FindComputer(ctx context.Context, tenantID, id string) (*Computer, error)
-	// ListComputers returns the tenant's computers ordered by creation time, then ID.
+	// ListComputers returns the tenant's computers ordered by creation time,
+	// then ID. Limit 0 means 100, and it is capped at 1000; a negative offset
+	// or limit is EINVALID.
 	ListComputers(ctx context.Context, tenantID string, f ComputerFilter) ([]*Computer, error)
-	// SetComputerState sets the state, or returns ENOTFOUND.
+	// SetComputerState sets the state, or returns ENOTFOUND. An unknown
+	// state is EINVALID.
 	SetComputerState(ctx context.Context, tenantID, id, state string) error
 }

@@ -16,8 +16,9 @@ type Revision struct {
 	Generation int64 `json:"generation"`
 	// RootDigest names the root tree object in the checkpoint format.
 	RootDigest string `json:"root_digest"`
-	// Packs lists every pack that holds an object reachable from RootDigest.
-	// Garbage collection keeps exactly the packs that some revision lists.
+	// Packs lists every pack that holds an object reachable from RootDigest,
+	// sorted and without duplicates. Garbage collection keeps exactly the
+	// packs that some revision lists.
 	Packs     []string  `json:"-"`
 	Size      int64     `json:"size"`
 	FileCount int64     `json:"file_count"`
@@ -62,7 +63,9 @@ type RevisionService interface {
 	CommitRevision(ctx context.Context, r *CommitRequest) (*Revision, error)
 	// FindRevision returns one revision, or ENOTFOUND.
 	FindRevision(ctx context.Context, tenantID, computerID string, number int64) (*Revision, error)
-	// ListRevisions returns a computer's revisions, newest first.
+	// ListRevisions returns a computer's revisions, newest first; a missing
+	// computer, or one of another tenant, gives an empty list. Limit 0 means
+	// 100, capped at 1000.
 	ListRevisions(ctx context.Context, tenantID, computerID string, offset, limit int) ([]*Revision, error)
 	// ReferencedPacks calls fn once for each distinct pack listed by any
 	// revision of the tenant (garbage collection's mark phase).

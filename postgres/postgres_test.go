@@ -1,0 +1,55 @@
+package postgres_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/postgres"
+	"github.com/bothyhq/bothy/postgres/pgtest"
+	"github.com/bothyhq/bothy/storetest"
+)
+
+func TestStore(t *testing.T) {
+	storetest.TestStore(t, func(t *testing.T) bothy.Store {
+		s, err := postgres.Open(t.Context(), pgtest.URL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+// TestOpen_Concurrent opens one empty database from several replicas at once:
+// the migration lock lets exactly one apply each migration.
+func TestOpen_Concurrent(t *testing.T) {
+	url := pgtest.URL(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() {
+			s, err := postgres.Open(t.Context(), url)
+			if err == nil {
+				err = s.Close()
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: %v", i, err)
+		}
+	}
+	s, err := postgres.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var n int
+	if err := s.SQL().QueryRowContext(t.Context(), "SELECT COUNT(*) FROM schema_migrations").Scan(&n); err != nil {
+		t.Fatal(err)
+	} else if n != 1 {
+		t.Errorf("schema_migrations holds %d rows, want 1", n)
+	}
+}

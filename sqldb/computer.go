@@ -1,0 +1,139 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/bothyhq/bothy"
+)
+
+// computerColumns is the column list that scanComputer reads.
+const computerColumns = `tenant_id, id, owner, conversation_id, label, profile, state, generation, revision, root_digest, created_at, updated_at`
+
+// CreateComputer stores c with State cold, Generation 0 and Revision 0 unless
+// set, and fills CreatedAt (if zero) and UpdatedAt. An existing ID returns
+// ECONFLICT; a missing tenant returns ENOTFOUND.
+func (s *DB) CreateComputer(ctx context.Context, c *bothy.Computer) error {
+	if err := c.Validate(); err != nil {
+		return fmt.Errorf("create computer: %w", err)
+	}
+	state := c.State
+	if state == "" {
+		state = bothy.StateCold
+	} else if !bothy.ValidState(state) {
+		return fmt.Errorf("create computer: %w", bothy.Errorf(bothy.EINVALID, "unknown computer state %q", state))
+	}
+	if c.Generation < 0 || c.Revision < 0 {
+		return fmt.Errorf("create computer: %w", bothy.Errorf(bothy.EINVALID, "computer generation and revision must not be negative"))
+	}
+	created := fillTime(c.CreatedAt)
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
+		var n int
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM tenants WHERE id = ?`), c.TenantID).Scan(&n); err != nil {
+			return err
+		} else if n == 0 {
+			return bothy.Errorf(bothy.ENOTFOUND, "tenant %q not found", c.TenantID)
+		}
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			c.TenantID, c.ID, c.Owner, c.ConversationID, c.Label, c.Profile, state, c.Generation, c.Revision, c.RootDigest,
+			s.timeArg(created), s.timeArg(created))
+		return s.conflict(err, "computer %q already exists", c.ID)
+	})
+	if err != nil {
+		return fmt.Errorf("create computer: %w", err)
+	}
+	c.State, c.CreatedAt, c.UpdatedAt = state, created, created
+	return nil
+}
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+func scanComputer(r scanner) (*bothy.Computer, error) {
+	c := &bothy.Computer{}
+	err := r.Scan(&c.TenantID, &c.ID, &c.Owner, &c.ConversationID, &c.Label, &c.Profile, &c.State,
+		&c.Generation, &c.Revision, &c.RootDigest, scanTime(&c.CreatedAt), scanTime(&c.UpdatedAt))
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// FindComputer returns the computer, or ENOTFOUND.
+func (s *DB) FindComputer(ctx context.Context, tenantID, id string) (*bothy.Computer, error) {
+	c, err := s.findComputer(ctx, s.db, tenantID, id)
+	if err != nil {
+		return nil, fmt.Errorf("find computer: %w", err)
+	}
+	return c, nil
+}
+
+// queryer is a *sql.DB or *sql.Tx.
+type queryer interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (s *DB) findComputer(ctx context.Context, q queryer, tenantID, id string) (*bothy.Computer, error) {
+	row := q.QueryRowContext(ctx, s.q(`SELECT `+computerColumns+` FROM computers WHERE tenant_id = ? AND id = ?`), tenantID, id)
+	c, err := scanComputer(row)
+	return c, notFound(err, "computer %q not found", id)
+}
+
+// ListComputers returns the tenant's computers that match f, ordered by
+// creation time, then ID. Limit 0 means DefaultLimit; limits above MaxLimit
+// are capped.
+func (s *DB) ListComputers(ctx context.Context, tenantID string, f bothy.ComputerFilter) ([]*bothy.Computer, error) {
+	offset, limit, err := page(f.Offset, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list computers: %w", err)
+	}
+	where, args := []string{"tenant_id = ?"}, []any{tenantID}
+	if f.ConversationID != "" {
+		where, args = append(where, "conversation_id = ?"), append(args, f.ConversationID)
+	}
+	if f.Label != "" {
+		where, args = append(where, "label = ?"), append(args, f.Label)
+	}
+	if f.State != "" {
+		where, args = append(where, "state = ?"), append(args, f.State)
+	}
+	args = append(args, limit, offset)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+computerColumns+` FROM computers WHERE `+
+		strings.Join(where, " AND ")+` ORDER BY created_at, id LIMIT ? OFFSET ?`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list computers: %w", err)
+	}
+	defer rows.Close()
+	cs := []*bothy.Computer{}
+	for rows.Next() {
+		c, err := scanComputer(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list computers: %w", err)
+		}
+		cs = append(cs, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list computers: %w", err)
+	}
+	return cs, nil
+}
+
+// SetComputerState sets the state and UpdatedAt, or returns ENOTFOUND.
+func (s *DB) SetComputerState(ctx context.Context, tenantID, id, state string) error {
+	if !bothy.ValidState(state) {
+		return fmt.Errorf("set computer state: %w", bothy.Errorf(bothy.EINVALID, "unknown computer state %q", state))
+	}
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE computers SET state = ?, updated_at = ? WHERE tenant_id = ? AND id = ?`),
+		state, s.timeArg(now()), tenantID, id)
+	if err != nil {
+		return fmt.Errorf("set computer state: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("set computer state: %w", err)
+	} else if n == 0 {
+		return fmt.Errorf("set computer state: %w", bothy.Errorf(bothy.ENOTFOUND, "computer %q not found", id))
+	}
+	return nil
+}
