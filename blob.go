@@ -9,7 +9,9 @@ import (
 // Blob stores are content-addressed: a key names its content (for example
 // "packs/<tenant>/<hash>"), so writing a key that exists is a no-op and every
 // retried write is idempotent. Keys are relative slash-separated paths of
-// [A-Za-z0-9._-] segments; none is "." or "..".
+// [A-Za-z0-9._-] segments; none is "." or "..". A key is never also the
+// prefix of another key followed by '/' (a local directory cannot hold both
+// "a" and "a/b").
 //
 // Not found is reported by an error for which errors.Is(err, fs.ErrNotExist)
 // holds. A store does not verify content against its key; readers do.
@@ -33,7 +35,9 @@ type BlobWriter interface {
 // BlobReader reads blobs.
 type BlobReader interface {
 	// GetBlob streams length bytes from offset off; length < 0 means to the
-	// end. A missing key is fs.ErrNotExist. The caller closes the reader.
+	// end. An offset at or past the end gives an empty reader; a negative
+	// offset is EINVALID. A missing key is fs.ErrNotExist. The caller closes
+	// the reader.
 	GetBlob(ctx context.Context, key string, off, length int64) (io.ReadCloser, error)
 	// StatBlob returns the blob's info, or fs.ErrNotExist.
 	StatBlob(ctx context.Context, key string) (BlobInfo, error)
