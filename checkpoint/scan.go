@@ -1,0 +1,396 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/bothyhq/bothy"
+)
+
+// CheckpointOptions configures Repo.Checkpoint.
+type CheckpointOptions struct {
+	// StatCache is the path of a local stat cache file for this workspace
+	// directory ("" = none). It is read when it describes the parent's root
+	// and rewritten after a successful checkpoint.
+	StatCache string
+	// Workers is the number of file readers (0 = 2*GOMAXPROCS).
+	Workers int
+}
+
+// Result is the outcome of a checkpoint: what to commit.
+type Result struct {
+	Root      Hash
+	Packs     []string // exactly the packs holding an object reachable from Root, sorted
+	Size      int64    // total bytes of regular files
+	FileCount int64    // regular files
+	Stats     Stats
+}
+
+// scanNode is one directory during a checkpoint.
+type scanNode struct {
+	rel     string // slash path relative to the checkpoint root, "" for the root
+	entries []Entry
+	stats   []statKey   // per entry, for the stat cache (files only)
+	subdirs []*scanNode // in entry order
+	dirIdx  []int       // index in entries of each subdir
+}
+
+// fileJob is one file to read; the reader sends its chunks in order.
+type fileJob struct {
+	path   string
+	entry  *Entry
+	chunks chan chunkData
+	err    error // set before chunks is closed
+}
+
+type chunkData struct {
+	hash Hash
+	data []byte
+}
+
+// Checkpoint stores the directory dir on top of parent (nil = the empty
+// workspace) and returns the new root and the exact pack list to commit.
+// Files whose stat matches the stat cache are not read again.
+func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opts CheckpointOptions) (*Result, error) {
+	start := time.Now()
+	if parent == nil {
+		var err error
+		if parent, err = r.Open(ctx, "", nil); err != nil {
+			return nil, err
+		}
+	}
+	if parent.repo != r {
+		return nil, bothy.Errorf(bothy.EINVALID, "checkpoint: parent snapshot belongs to another repo")
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	} else if !fi.IsDir() {
+		return nil, bothy.Errorf(bothy.ENOTDIR, "checkpoint: %s is not a directory", dir)
+	}
+	var cache *statCache
+	if opts.StatCache != "" {
+		cache = loadStatCache(opts.StatCache, r.cacheID(), parent.Root())
+	}
+	workers := opts.Workers
+	if workers <= 0 {
+		workers = 2 * runtime.GOMAXPROCS(0)
+	}
+	w := parent.NewWriter()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	jobs := make(chan *fileJob, 4*workers)
+	order := make(chan *fileJob, 64*workers)
+	for i := 0; i < workers; i++ {
+		go func() {
+			buf := make([]byte, 2*MaxChunkSize)
+			for j := range jobs {
+				r.readFile(ctx, j, buf)
+			}
+		}()
+	}
+	// The sequencer adds chunks in walk order, which keeps packs deterministic.
+	var st Stats
+	seqDone := make(chan error, 1)
+	go func() {
+		var serr error
+		for j := range order {
+			var chunks []Chunk
+			var size int64
+			for c := range j.chunks {
+				if serr == nil {
+					serr = w.add(ctx, c.hash, kindData, c.data, false)
+				}
+				chunks = append(chunks, Chunk{c.hash, int64(len(c.data))})
+				size += int64(len(c.data))
+			}
+			if serr == nil && j.err != nil {
+				serr = j.err
+			}
+			j.entry.Chunks, j.entry.Size = chunks, size
+			st.FilesRead++
+			st.BytesRead += size
+			if serr != nil {
+				cancel()
+			}
+		}
+		seqDone <- serr
+	}()
+	sc := &scanner{ctx: ctx, cache: cache, jobs: jobs, order: order, racy: start.Add(-racyWindow).UnixNano()}
+	root, werr := sc.walk(dir, "", 0o755)
+	close(jobs)
+	close(order)
+	serr := <-seqDone
+	if werr == nil {
+		werr = serr
+	}
+	if werr != nil {
+		w.p.finish(context.Background())
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, werr)
+	}
+	st.Files, st.Dirs, st.Symlinks, st.Skipped = sc.files, sc.dirs, sc.symlinks, sc.skipped
+
+	// Trees, bottom-up in walk order.
+	res := &Result{}
+	var trees []Hash
+	var buildTree func(n *scanNode) (Hash, error)
+	buildTree = func(n *scanNode) (Hash, error) {
+		for i, c := range n.subdirs {
+			h, err := buildTree(c)
+			if err != nil {
+				return h, err
+			}
+			n.entries[n.dirIdx[i]].Tree = h
+		}
+		t := &Tree{Entries: n.entries}
+		b := t.Encode()
+		h := r.Hash(b)
+		if h != r.empty {
+			trees = append(trees, h)
+		}
+		return h, w.add(ctx, h, kindTree, b, false)
+	}
+	rootHash, err := buildTree(root)
+	if err == nil {
+		res.Root = rootHash
+		_, err = w.Finish(ctx)
+	} else {
+		w.p.finish(context.Background())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+
+	// The exact pack set: the pack of every reachable object.
+	packs := map[string]bool{}
+	locate := func(h Hash) error {
+		if name, ok := w.p.packOf(h); ok {
+			packs[name] = true
+		} else if loc, ok := parent.index[h]; ok {
+			packs[loc.table.name] = true
+		} else {
+			return bothy.Errorf(bothy.EINTERNAL, "checkpoint: object %s has no pack", h)
+		}
+		return nil
+	}
+	var entries []cacheEntry
+	var walkErr error
+	var collect func(n *scanNode)
+	collect = func(n *scanNode) {
+		for i := range n.entries {
+			e := &n.entries[i]
+			if e.Type != TypeFile {
+				continue
+			}
+			res.FileCount++
+			res.Size += e.Size
+			for _, c := range e.Chunks {
+				if err := locate(c.Hash); err != nil && walkErr == nil {
+					walkErr = err
+				}
+			}
+			if sk := n.stats[i]; sk.size >= 0 && sk.size == e.Size {
+				entries = append(entries, cacheEntry{path: joinRel(n.rel, e.Name), key: sk, chunks: e.Chunks})
+			}
+		}
+		for _, c := range n.subdirs {
+			collect(c)
+		}
+	}
+	collect(root)
+	for _, h := range trees {
+		if err := locate(h); err != nil && walkErr == nil {
+			walkErr = err
+		}
+	}
+	if walkErr != nil {
+		return nil, walkErr
+	}
+	for p := range packs {
+		res.Packs = append(res.Packs, p)
+	}
+	res.Packs = sortedUnique(res.Packs)
+	ws := w.Stats()
+	st.NewBlobs, st.NewBlobBytes, st.NewTrees = ws.NewBlobs, ws.NewBlobBytes, ws.NewTrees
+	st.PacksWritten, st.PackBytes = ws.PacksWritten, ws.PackBytes
+	res.Stats = st
+	// An unchanged tree over a cache that already describes it needs no rewrite.
+	unchanged := cache != nil && st.FilesRead == 0 && res.Root == parent.Root() && len(entries) == len(cache.m)
+	if opts.StatCache != "" && !unchanged {
+		if err := writeStatCache(opts.StatCache, r.cacheID(), res.Root, entries); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+		}
+	}
+	return res, nil
+}
+
+// racyWindow covers the coarse granularity of file timestamps: a file whose
+// mtime or ctime is this close to the scan start may change again without a
+// visible stat change, so it is not put in the stat cache.
+const racyWindow = 50 * time.Millisecond
+
+func joinRel(dir, name string) string {
+	if dir == "" {
+		return name
+	}
+	return dir + "/" + name
+}
+
+type scanner struct {
+	ctx                            context.Context
+	cache                          *statCache
+	jobs, order                    chan *fileJob
+	racy                           int64
+	files, dirs, symlinks, skipped int64
+}
+
+// walk reads directory path (rel from the root) and queues its files.
+func (sc *scanner) walk(path, rel string, mode fs.FileMode) (*scanNode, error) {
+	if err := sc.ctx.Err(); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return nil, err
+	}
+	sortStrings(names)
+	n := &scanNode{rel: rel, entries: make([]Entry, 0, len(names)), stats: make([]statKey, 0, len(names))}
+	type sub struct {
+		path, rel string
+		mode      fs.FileMode
+	}
+	var subs []sub
+	for _, name := range names {
+		p := path + "/" + name
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil {
+			if os.IsNotExist(err) {
+				continue // removed while we scan
+			}
+			return nil, &os.PathError{Op: "lstat", Path: p, Err: err}
+		}
+		key := statKeyOf(&st)
+		perm := fs.FileMode(st.Mode & 0o777)
+		switch st.Mode & syscall.S_IFMT {
+		case syscall.S_IFREG:
+			sc.files++
+			n.entries = append(n.entries, Entry{Name: name, Type: TypeFile, Mode: perm, ModTime: key.mtime})
+			if key.mtime >= sc.racy || key.ctime >= sc.racy {
+				key.size = -1 // racy: read now, never trusted later
+			}
+			n.stats = append(n.stats, key)
+		case syscall.S_IFDIR:
+			sc.dirs++
+			n.entries = append(n.entries, Entry{Name: name, Type: TypeDir, Mode: perm})
+			n.stats = append(n.stats, statKey{size: -1})
+			n.dirIdx = append(n.dirIdx, len(n.entries)-1)
+			subs = append(subs, sub{p, joinRel(rel, name), perm})
+		case syscall.S_IFLNK:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return nil, err
+			}
+			if target == "" || len(target) > MaxTargetLen {
+				sc.skipped++
+				continue
+			}
+			sc.symlinks++
+			n.entries = append(n.entries, Entry{Name: name, Type: TypeSymlink, Mode: perm,
+				ModTime: key.mtime, Size: int64(len(target)), Target: target})
+			n.stats = append(n.stats, statKey{size: -1})
+		default:
+			sc.skipped++
+		}
+	}
+	// Entries are final now; queue the files, whose entries the sequencer fills.
+	for i := range n.entries {
+		e := &n.entries[i]
+		if e.Type != TypeFile {
+			continue
+		}
+		key := n.stats[i]
+		if c, ok := sc.cache.lookup(joinRel(rel, e.Name), key); ok {
+			e.Chunks, e.Size = c, key.size
+			continue
+		}
+		j := &fileJob{path: path + "/" + e.Name, entry: e, chunks: make(chan chunkData, 4)}
+		select {
+		case sc.order <- j:
+		case <-sc.ctx.Done():
+			return nil, sc.ctx.Err()
+		}
+		select {
+		case sc.jobs <- j:
+		case <-sc.ctx.Done():
+			close(j.chunks)
+			return nil, sc.ctx.Err()
+		}
+	}
+	for _, s := range subs {
+		c, err := sc.walk(s.path, s.rel, s.mode)
+		if err != nil {
+			return nil, err
+		}
+		n.subdirs = append(n.subdirs, c)
+	}
+	return n, nil
+}
+
+// readFile reads, chunks and hashes one file, sending chunks in order. It
+// uses raw system calls: os.Open would also try to register regular files
+// with the network poller, two wasted system calls per file.
+func (r *Repo) readFile(ctx context.Context, j *fileJob, buf []byte) {
+	defer close(j.chunks)
+	fd, err := syscall.Open(j.path, syscall.O_RDONLY|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		j.err = &os.PathError{Op: "open", Path: j.path, Err: err}
+		return
+	}
+	defer syscall.Close(fd)
+	cr := newChunkReader(fdReader(fd), buf)
+	for {
+		b, err := cr.next()
+		if err == io.EOF {
+			return
+		} else if err != nil {
+			j.err = fmt.Errorf("read %s: %w", j.path, err)
+			return
+		}
+		data := append([]byte(nil), b...)
+		select {
+		case j.chunks <- chunkData{r.Hash(data), data}:
+		case <-ctx.Done():
+			j.err = ctx.Err()
+			return
+		}
+	}
+}
+
+// fdReader reads a file descriptor.
+type fdReader int
+
+func (fd fdReader) Read(p []byte) (int, error) {
+	for {
+		n, err := syscall.Read(int(fd), p)
+		if err == syscall.EINTR {
+			continue
+		} else if err != nil {
+			return 0, err
+		} else if n == 0 && len(p) > 0 {
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
