@@ -198,7 +198,8 @@ type FileService interface {
 	// final symlink. The root is EINVALID.
 	Chmod(ctx context.Context, tenantID, computerID, path string, mode fs.FileMode) (*Revision, error)
 	// Apply runs ops in order and commits them as one revision, or commits
-	// nothing if any op fails; the error names the failing op's index. An
-	// unknown op, or more ops than the batch limit, is EINVALID.
+	// nothing if any op fails; the error names the failing op's index and
+	// keeps its code. An empty batch or an unknown op is EINVALID, more ops
+	// than the batch limit ETOOLARGE.
 	Apply(ctx context.Context, tenantID, computerID string, ops []FileOp) (*Revision, error)
 }
