@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/bothyhq/bothy"
@@ -86,51 +87,78 @@ func RunStorage(ctx context.Context, opts StorageOptions) (*StorageReport, error
 		return nil, err
 	}
 
-	// Baselines.
+	// Each contender runs right after its baseline (ABAB…), so a drift in
+	// the machine's speed hits both alike. Every run writes a new directory
+	// and nothing is deleted until the phase ends: freeing 50,000 inodes
+	// keeps ext4 busy in the background for seconds, and would slow
+	// whichever run came next.
 	archive := filepath.Join(work, "base.tar.zst")
 	tarCmd := fmt.Sprintf("tar -C %q -cf - . | zstd --fast -q -f -o %q", src, archive)
-	runs, err := timeRuns(opts.Runs, p, "baseline tar | zstd --fast", nil, func(int) error { return shell(tarCmd) })
+	var env *storageEnv
+	var envs []*storageEnv
+	defer func() {
+		for _, e := range envs {
+			e.close()
+		}
+	}()
+	tarRuns, fullRuns, err := pairRuns(opts.Runs, p, "baseline tar | zstd --fast", "bothy full checkpoint",
+		func(int) error { return shell(tarCmd) },
+		func(i int) error {
+			var err error
+			if env, err = openEnv(ctx, filepath.Join(work, fmt.Sprintf("data%d", i))); err != nil {
+				return err
+			}
+			envs = append(envs, env)
+			return nil
+		},
+		func(int) error { return env.checkpoint(ctx, src) })
 	if err != nil {
 		return nil, err
 	}
-	f := newFigure("baseline_tar_zstd", "s", runs)
+	f := newFigure("baseline_tar_zstd", "s", tarRuns)
 	f.Command = "tar -C SRC -cf - . | zstd --fast -q -o ARCHIVE"
-	rep.Figures = append(rep.Figures, f)
+	rep.Figures = append(rep.Figures, f, newFigure("bothy_full_checkpoint", "s", fullRuns))
 	if fi, err := os.Stat(archive); err == nil {
 		rep.TarZstSize = fi.Size()
 	}
-	untar := filepath.Join(work, "untar")
-	untarCmd := fmt.Sprintf("zstd -d -q -c %q | tar -C %q -xf -", archive, untar)
-	runs, err = timeRuns(opts.Runs, p, "baseline zstd -d | tar -x", func(int) error { return fresh(untar) },
-		func(int) error { return shell(untarCmd) })
-	if err != nil {
-		return nil, err
-	}
-	f = newFigure("baseline_untar", "s", runs)
-	f.Command = "zstd -d -q -c ARCHIVE | tar -C DST -xf -"
-	rep.Figures = append(rep.Figures, f)
-	os.RemoveAll(untar)
-
-	// Full checkpoints, each into a new data directory.
-	var env *storageEnv
-	runs, err = timeRuns(opts.Runs, p, "bothy full checkpoint", func(i int) error {
-		if env != nil {
-			env.close()
-		}
-		env, err = openEnv(ctx, filepath.Join(work, "data"))
-		return err
-	}, func(int) error { return env.checkpoint(ctx, src) })
-	if err != nil {
-		return nil, err
-	}
-	defer func() { env.close() }()
-	rep.Figures = append(rep.Figures, newFigure("bothy_full_checkpoint", "s", runs))
 	if rep.StoredSize, err = dirSize(filepath.Join(env.dir, "blobs")); err != nil {
 		return nil, err
 	}
+	for _, e := range envs[:len(envs)-1] {
+		e.close()
+		os.RemoveAll(e.dir)
+	}
+	envs = envs[len(envs)-1:]
+
+	// Cold restores: a new repository handle each time, so nothing is cached
+	// in memory; the baseline extracts the archive.
+	untarRuns, restoreRuns, err := pairRuns(opts.Runs, p, "baseline zstd -d | tar -x", "bothy cold restore",
+		func(i int) error {
+			d := filepath.Join(work, fmt.Sprintf("untar%d", i))
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+			return shell(fmt.Sprintf("zstd -d -q -c %q | tar -C %q -xf -", archive, d))
+		},
+		nil,
+		func(i int) error { return env.restore(ctx, filepath.Join(work, fmt.Sprintf("restore%d", i))) })
+	if err != nil {
+		return nil, err
+	}
+	f = newFigure("baseline_untar", "s", untarRuns)
+	f.Command = "zstd -d -q -c ARCHIVE | tar -C DST -xf -"
+	rep.Figures = append(rep.Figures, f, newFigure("bothy_cold_restore", "s", restoreRuns))
+	if err := shell(fmt.Sprintf("diff -r --no-dereference %q %q", src, filepath.Join(work, "restore0"))); err != nil {
+		return nil, fmt.Errorf("restored tree differs from the source: %w", err)
+	}
+	for i := 0; i < opts.Runs; i++ {
+		os.RemoveAll(filepath.Join(work, fmt.Sprintf("untar%d", i)))
+		os.RemoveAll(filepath.Join(work, fmt.Sprintf("restore%d", i)))
+	}
+	syscall.Sync()
 
 	// Incremental checkpoints after a few edits each.
-	runs, err = timeRuns(opts.Runs, p, fmt.Sprintf("bothy incremental (%d edits)", opts.Edits),
+	runs, err := timeRuns(opts.Runs, p, fmt.Sprintf("bothy incremental (%d edits)", opts.Edits),
 		func(i int) error { return Touch(src, st, opts.Edits, uint64(i+100)) },
 		func(int) error { return env.checkpoint(ctx, src) })
 	if err != nil {
@@ -139,18 +167,6 @@ func RunStorage(ctx context.Context, opts StorageOptions) (*StorageReport, error
 	rep.Figures = append(rep.Figures, newFigure("bothy_incremental_checkpoint", "s", runs))
 	rep.Incr = env.last
 
-	// Cold restores: a new repository handle each time, so nothing is cached in memory.
-	dst := filepath.Join(work, "restore")
-	runs, err = timeRuns(opts.Runs, p, "bothy cold restore", func(int) error { return fresh(dst) },
-		func(int) error { return env.restore(ctx, dst) })
-	if err != nil {
-		return nil, err
-	}
-	rep.Figures = append(rep.Figures, newFigure("bothy_cold_restore", "s", runs))
-	if err := shell(fmt.Sprintf("diff -r --no-dereference %q %q", src, dst)); err != nil {
-		return nil, fmt.Errorf("restored tree differs from the source: %w", err)
-	}
-	os.RemoveAll(dst)
 	return rep, nil
 }
 

@@ -31,30 +31,32 @@ type TreeStats struct {
 	Paths                 []string // regular files, relative
 }
 
-// Generate writes a tree under dir. The size mix: 80% of files of 0–4 KiB,
-// 18% of 4–64 KiB, 2% of 64 KiB–1 MiB, and a few large files that take the
-// rest of TotalSize. About a tenth of the content is random (incompressible);
-// the rest is text-like, drawn from a 64 MiB pool of words.
+// Generate writes a tree under dir. The size mix: 85% of files of 0–4 KiB,
+// 14.5% of 4–32 KiB, 0.5% of 32–512 KiB, and four large files that take the
+// rest of TotalSize. A tenth of the files are random bytes (incompressible);
+// the rest is text-like, drawn from a 64 MiB pool of words picked with a
+// Zipf distribution, which compresses about like source code.
 func Generate(dir string, spec TreeSpec) (*TreeStats, error) {
 	rng := rand.New(rand.NewPCG(spec.Seed, spec.Seed^0x9e3779b97f4a7c15))
 	pool := textPool(rng, 64<<20)
 	sizes := make([]int64, spec.Files)
 	var total int64
 	for i := range sizes {
-		switch p := rng.IntN(100); {
-		case p < 80:
+		switch p := rng.IntN(1000); {
+		case p < 850:
 			sizes[i] = rng.Int64N(4 << 10)
-		case p < 98:
-			sizes[i] = 4<<10 + rng.Int64N(60<<10)
+		case p < 995:
+			sizes[i] = 4<<10 + rng.Int64N(28<<10)
 		default:
-			sizes[i] = 64<<10 + rng.Int64N(960<<10)
+			sizes[i] = 32<<10 + rng.Int64N(480<<10)
 		}
 		total += sizes[i]
 	}
-	// A few large files take what is left of the budget.
+	// Four large files (think a database, an archive, two binaries) take
+	// what is left of the budget.
 	if rest := spec.TotalSize - total; rest > 0 && spec.Files >= 8 {
 		for i := 0; i < 4; i++ {
-			sizes[i] += rest / 4
+			sizes[i*(spec.Files/4)] += rest / 4
 		}
 	}
 
@@ -144,9 +146,10 @@ func textPool(rng *rand.Rand, n int) []byte {
 		}
 		words[i] = w
 	}
+	zipf := rand.NewZipf(rng, 1.1, 4, uint64(len(words)-1))
 	out := make([]byte, 0, n+16)
 	for len(out) < n {
-		out = append(out, words[rng.IntN(len(words))]...)
+		out = append(out, words[zipf.Uint64()]...)
 		switch rng.IntN(12) {
 		case 0:
 			out = append(out, '\n')
