@@ -187,7 +187,8 @@ func runGC(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%+v\n", res)
+	fmt.Printf("%d tenants, %d packs: %d referenced, %d younger than %s, %d deleted (%s)\n",
+		res.Tenants, res.Packs, res.Referenced, res.Young, *grace, res.Deleted, size(res.DeletedBytes))
 	return nil
 }
 
