@@ -78,5 +78,8 @@ type Store interface {
 	TenantService
 	ComputerService
 	RevisionService
+	LeaseService
+	CommandService
+	EventService
 	Close() error
 }

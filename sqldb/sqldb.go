@@ -140,6 +140,22 @@ func (s *DB) timeArg(t time.Time) any {
 	return t.UTC()
 }
 
+// nullTimeArg encodes t as a query argument, or NULL if t is zero.
+func (s *DB) nullTimeArg(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return s.timeArg(t)
+}
+
+// utcMicro returns t in UTC at microsecond precision, and the zero time as is.
+func utcMicro(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC().Truncate(time.Microsecond)
+}
+
 // timeScanner scans a stored time, as time.Time or as text, into *t (UTC).
 type timeScanner struct{ t *time.Time }
 

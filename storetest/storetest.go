@@ -42,6 +42,9 @@ func TestStore(t *testing.T, open func(t *testing.T) bothy.Store) {
 	testTenants(t, newStore)
 	testComputers(t, newStore)
 	testRevisions(t, newStore)
+	testLeases(t, newStore)
+	testCommands(t, newStore)
+	testEvents(t, newStore)
 }
 
 // run runs f as a parallel subtest.

@@ -1,0 +1,243 @@
+package bothy
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// Command states. A command is dispatched at most once: nothing moves it
+// back to admitted after dispatch except a runtime's exact answer that it
+// never saw the command (see CanTransition).
+const (
+	CommandAdmitted       = "admitted"         // accepted and journaled, not yet sent to a runtime
+	CommandDispatched     = "dispatched"       // sent to a runtime once; no acknowledgement yet
+	CommandRunning        = "running"          // the runtime acknowledged it and started the process
+	CommandMayHaveStarted = "may_have_started" // dispatched, and the acknowledgement never came
+	CommandCompleted      = "completed"        // the process exited (any exit code) or was killed by a signal
+	CommandFailed         = "failed"           // it could not run (no capacity, bad cwd, sandbox failed)
+	CommandCancelled      = "cancelled"        // a caller cancelled it
+	CommandTimedOut       = "timed_out"        // its timeout killed it
+	CommandLost           = "lost"             // the runtime generation that held it is gone; the caller decides
+)
+
+// ValidCommandState reports whether s is one of the command states.
+func ValidCommandState(s string) bool {
+	_, ok := commandTransitions[s]
+	return ok
+}
+
+// CommandTerminal reports whether s is a terminal state, which never changes.
+func CommandTerminal(s string) bool {
+	switch s {
+	case CommandCompleted, CommandFailed, CommandCancelled, CommandTimedOut, CommandLost:
+		return true
+	}
+	return false
+}
+
+// commandTransitions lists, for each state, the states TransitionCommand may
+// move it to. admitted → dispatched is missing on purpose: only
+// DispatchCommand makes it, so that it happens at most once.
+var commandTransitions = map[string][]string{
+	CommandAdmitted:       {CommandCancelled, CommandFailed},
+	CommandDispatched:     {CommandRunning, CommandMayHaveStarted, CommandFailed},
+	CommandRunning:        {CommandCompleted, CommandFailed, CommandCancelled, CommandTimedOut, CommandLost},
+	CommandMayHaveStarted: {CommandRunning, CommandLost, CommandAdmitted},
+	CommandCompleted:      nil,
+	CommandFailed:         nil,
+	CommandCancelled:      nil,
+	CommandTimedOut:       nil,
+	CommandLost:           nil,
+}
+
+// CanTransition reports whether TransitionCommand may move a command from
+// state from to state to:
+//
+//	admitted         → cancelled | failed                 (dispatched only by DispatchCommand)
+//	dispatched       → running | may_have_started | failed
+//	running          → completed | failed | cancelled | timed_out | lost
+//	may_have_started → running | lost | admitted
+//	completed, failed, cancelled, timed_out, lost: terminal, never change
+//
+// may_have_started → admitted is allowed only on the word of the runtime
+// generation the command was dispatched to, which journals every command id
+// durably before starting its process: if that runtime answers that it never
+// saw the command, the command did not start, and may be dispatched once
+// more. TransitionCommand therefore requires the command's generation for
+// it (see RuntimeOnly) and clears the lease, generation and dispatch time.
+// If that runtime answers that the command is running or finished, the
+// command goes to running (and from there to its end); if that generation is
+// gone, to lost.
+func CanTransition(from, to string) bool {
+	return slices.Contains(commandTransitions[from], to)
+}
+
+// RuntimeOnly reports whether only a runtime's report can justify moving a
+// command from state from to state to: into running, completed or
+// timed_out, and may_have_started → admitted. TransitionCommand requires a
+// non-zero CommandUpdate.Generation for these.
+func RuntimeOnly(from, to string) bool {
+	switch to {
+	case CommandRunning, CommandCompleted, CommandTimedOut:
+		return true
+	case CommandAdmitted:
+		return from == CommandMayHaveStarted
+	}
+	return false
+}
+
+// Limits on a command's request.
+const (
+	MaxCommandArgs       = 4096
+	MaxCommandBytes      = 1 << 20 // argv plus script
+	MaxIdempotencyKeyLen = 256
+)
+
+// Command is one execution with a durable identity. Exactly one of Argv and
+// Script is set. Zero times are unset.
+type Command struct {
+	ID         string `json:"id"`
+	TenantID   string `json:"-"`
+	ComputerID string `json:"computer_id"`
+	// IdempotencyKey is unique per computer; "" means none.
+	IdempotencyKey string   `json:"idempotency_key,omitempty"`
+	Argv           []string `json:"argv,omitempty"`
+	Script         string   `json:"script,omitempty"`
+	Cwd            string   `json:"cwd,omitempty"`
+	// EnvNames lists the names of the environment variables the command was
+	// given. Values are never stored.
+	EnvNames  []string `json:"env_names,omitempty"`
+	TimeoutMS int64    `json:"timeout_ms,omitempty"`
+	State     string   `json:"state"`
+	// ExitCode is nil until the process exits; Signal names the signal that
+	// killed it, if any ("SIGKILL").
+	ExitCode *int   `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	// LeaseID and Generation name the lease that the command was dispatched
+	// to; they are empty while it is admitted.
+	LeaseID    string `json:"lease_id,omitempty"`
+	Generation int64  `json:"generation,omitempty"`
+	// LastSeq is the seq of its newest event, 0 before the first.
+	LastSeq      int64  `json:"last_seq"`
+	OutputDigest string `json:"output_digest,omitempty"`
+	// Truncated reports that retained output was cut (a truncated event was
+	// appended); the full output is in the blob named by OutputDigest.
+	Truncated    bool      `json:"truncated"`
+	CreatedAt    time.Time `json:"created_at"`
+	DispatchedAt time.Time `json:"dispatched_at,omitzero"`
+	StartedAt    time.Time `json:"started_at,omitzero"`
+	FinishedAt   time.Time `json:"finished_at,omitzero"`
+	DurationMS   int64     `json:"duration_ms"`
+	// RevisionAfter is the revision committed by the checkpoint after the
+	// command, 0 if none.
+	RevisionAfter int64 `json:"revision_after,omitempty"`
+}
+
+// Validate reports whether c can be created.
+func (c *Command) Validate() error {
+	if err := ValidateID("command id", c.ID); err != nil {
+		return err
+	} else if err := ValidateID("tenant id", c.TenantID); err != nil {
+		return err
+	} else if err := ValidateID("computer id", c.ComputerID); err != nil {
+		return err
+	} else if len(c.IdempotencyKey) > MaxIdempotencyKeyLen {
+		return Errorf(EINVALID, "idempotency key must be at most %d bytes", MaxIdempotencyKeyLen)
+	} else if (len(c.Argv) == 0) == (c.Script == "") {
+		return Errorf(EINVALID, "a command needs exactly one of argv and script")
+	} else if len(c.Argv) > MaxCommandArgs {
+		return Errorf(ETOOLARGE, "a command may have at most %d arguments", MaxCommandArgs)
+	} else if c.TimeoutMS < 0 {
+		return Errorf(EINVALID, "command timeout must not be negative")
+	} else if len(c.Cwd) > 4096 {
+		return Errorf(EINVALID, "command cwd must be at most 4096 bytes")
+	}
+	n := len(c.Script)
+	for _, a := range c.Argv {
+		n += len(a)
+	}
+	if n > MaxCommandBytes {
+		return Errorf(ETOOLARGE, "command argv and script must be at most %d bytes", MaxCommandBytes)
+	}
+	for _, name := range c.EnvNames {
+		if err := validateEnvName(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateEnvName accepts a POSIX-like name: letters, digits and '_', not
+// starting with a digit.
+func validateEnvName(name string) error {
+	if name == "" || len(name) > 256 {
+		return Errorf(EINVALID, "environment variable names must be 1 to 256 bytes")
+	}
+	for i, c := range name {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return Errorf(EINVALID, "environment variable name %q may hold only letters, digits and '_'", name)
+		}
+	}
+	return nil
+}
+
+// CommandFilter selects commands of one tenant. Empty fields match all.
+type CommandFilter struct {
+	ComputerID    string
+	State         string
+	Offset, Limit int // Limit 0 means 100
+}
+
+// CommandUpdate is what TransitionCommand sets along with the state. Zero
+// fields are left as they are.
+type CommandUpdate struct {
+	// Generation fences a runtime's report: if non-zero, the command must
+	// have been dispatched at this generation and its lease must still be
+	// unreleased at it, or the transition is ECONFLICT. Zero means the
+	// control plane decides on its own (cancel an admitted command, mark a
+	// command lost); RuntimeOnly transitions refuse it.
+	Generation    int64
+	ExitCode      *int
+	Signal        string
+	OutputDigest  string
+	DurationMS    int64
+	RevisionAfter int64
+	// StartedAt and FinishedAt default to now on entering running and a
+	// terminal state respectively.
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// CommandService stores the command journal. Every method is scoped by
+// tenant: a command of another tenant is ENOTFOUND.
+type CommandService interface {
+	// CreateCommand stores c in state admitted (c.State must be "" or
+	// admitted) and fills CreatedAt if it is zero, then returns created
+	// true. If the computer already has a command with c's non-empty
+	// IdempotencyKey, it stores nothing, fills *c with that command and
+	// returns created false, whatever the rest of c says; of concurrent
+	// calls with one key exactly one creates. An existing ID is ECONFLICT; a
+	// missing computer is ENOTFOUND.
+	CreateCommand(ctx context.Context, c *Command) (created bool, err error)
+	// FindCommand returns the command, or ENOTFOUND.
+	FindCommand(ctx context.Context, tenantID, id string) (*Command, error)
+	// ListCommands returns the tenant's commands that match f, ordered by
+	// creation time, then ID. Limit 0 means 100, capped at 1000; a negative
+	// offset or limit is EINVALID.
+	ListCommands(ctx context.Context, tenantID string, f CommandFilter) ([]*Command, error)
+	// DispatchCommand moves the command from admitted to dispatched and
+	// records the lease and generation it is sent to, by compare-and-swap,
+	// so that of any number of calls exactly one succeeds: any other, or a
+	// call for a command in another state, is ECONFLICT. The lease must be
+	// the unreleased lease of the command's computer at generation, or the
+	// call is ECONFLICT. A missing command or lease is ENOTFOUND.
+	DispatchCommand(ctx context.Context, tenantID, id, leaseID string, generation int64) (*Command, error)
+	// TransitionCommand moves the command from one of the states from to
+	// the state to, by compare-and-swap, and sets u's non-zero fields. Every
+	// from → to must be allowed by CanTransition, and a RuntimeOnly one needs
+	// u.Generation, or the call is EINVALID. A command in none of the states
+	// from, or a stale u.Generation, is ECONFLICT and changes nothing; a
+	// missing command is ENOTFOUND. It returns the updated command.
+	TransitionCommand(ctx context.Context, tenantID, id string, from []string, to string, u CommandUpdate) (*Command, error)
+}

@@ -1,0 +1,364 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/bothyhq/bothy"
+)
+
+// commandColumns is the column list that scanCommand reads. DurationMS is
+// stored as wall_millis.
+const commandColumns = `tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state,
+	exit_code, signal, lease_id, generation, last_seq, output_digest, truncated, created_at, dispatched_at, started_at,
+	finished_at, wall_millis, revision_after`
+
+func scanCommand(r scanner) (*bothy.Command, error) {
+	c := &bothy.Command{}
+	var key, leaseID sql.NullString
+	var exit, gen sql.NullInt64
+	var argv, env string
+	err := r.Scan(&c.TenantID, &c.ID, &c.ComputerID, &key, &argv, &c.Script, &c.Cwd, &env, &c.TimeoutMS, &c.State,
+		&exit, &c.Signal, &leaseID, &gen, &c.LastSeq, &c.OutputDigest, &c.Truncated, scanTime(&c.CreatedAt),
+		scanTime(&c.DispatchedAt), scanTime(&c.StartedAt), scanTime(&c.FinishedAt), &c.DurationMS, &c.RevisionAfter)
+	if err != nil {
+		return nil, err
+	}
+	c.IdempotencyKey, c.LeaseID, c.Generation = key.String, leaseID.String, gen.Int64
+	if exit.Valid {
+		code := int(exit.Int64)
+		c.ExitCode = &code
+	}
+	if c.Argv, err = decodeList(argv); err != nil {
+		return nil, fmt.Errorf("command %q argv: %w", c.ID, err)
+	}
+	if c.EnvNames, err = decodeList(env); err != nil {
+		return nil, fmt.Errorf("command %q env names: %w", c.ID, err)
+	}
+	return c, nil
+}
+
+// encodeList stores a list of strings as a JSON array, and an empty list as "".
+func encodeList(list []string) (string, error) {
+	if len(list) == 0 {
+		return "", nil
+	}
+	b, err := json.Marshal(list)
+	return string(b), err
+}
+
+// decodeList reads what encodeList stored; "" is nil.
+func decodeList(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var list []string
+	err := json.Unmarshal([]byte(s), &list)
+	return list, err
+}
+
+// nilIfEmpty returns list, or nil if it is empty, as decodeList reads it back.
+func nilIfEmpty(list []string) []string {
+	if len(list) == 0 {
+		return nil
+	}
+	return list
+}
+
+// nullString is NULL for "".
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// CreateCommand stores c as admitted, or returns the computer's command with
+// the same idempotency key. See bothy.CommandService.
+//
+// The insert is INSERT … ON CONFLICT (tenant_id, computer_id,
+// idempotency_key) DO NOTHING, so concurrent callers with one key never
+// fail: on PostgreSQL the loser waits for the winner's commit, inserts
+// nothing, and its next statement (a new READ COMMITTED snapshot) reads the
+// winner's row; SQLite runs writers one at a time. A NULL key never
+// conflicts.
+func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) {
+	if err := c.Validate(); err != nil {
+		return false, fmt.Errorf("create command: %w", err)
+	} else if c.State != "" && c.State != bothy.CommandAdmitted {
+		return false, fmt.Errorf("create command: %w", bothy.Errorf(bothy.EINVALID, "a new command must be admitted, not %q", c.State))
+	}
+	argv, err := encodeList(c.Argv)
+	if err != nil {
+		return false, fmt.Errorf("create command: %w", err)
+	}
+	env, err := encodeList(c.EnvNames)
+	if err != nil {
+		return false, fmt.Errorf("create command: %w", err)
+	}
+	created := fillTime(c.CreatedAt)
+	var existing *bothy.Command
+	err = s.withTx(ctx, func(tx *sql.Tx) error {
+		existing = nil
+		comp, err := s.findComputer(ctx, tx, c.TenantID, c.ComputerID)
+		if err != nil {
+			return err
+		}
+		if c.IdempotencyKey != "" {
+			if existing, err = s.commandByKey(ctx, tx, c.TenantID, c.ComputerID, c.IdempotencyKey); err == nil {
+				return nil
+			} else if bothy.ErrorCode(err) != bothy.ENOTFOUND {
+				return err
+			}
+		}
+		if comp.State == bothy.StateDestroyed {
+			return bothy.Errorf(bothy.ECONFLICT, "computer %q is destroyed", comp.ID)
+		}
+		at := s.timeArg(created)
+		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO commands
+			(tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (tenant_id, computer_id, idempotency_key) DO NOTHING`),
+			c.TenantID, c.ID, c.ComputerID, nullString(c.IdempotencyKey), argv, c.Script, c.Cwd, env, c.TimeoutMS,
+			bothy.CommandAdmitted, at, at)
+		if err != nil {
+			return s.conflict(err, "command %q already exists", c.ID)
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
+		existing, err = s.commandByKey(ctx, tx, c.TenantID, c.ComputerID, c.IdempotencyKey)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("create command: %w", err)
+	}
+	if existing != nil {
+		*c = *existing
+		return false, nil
+	}
+	*c = bothy.Command{
+		ID: c.ID, TenantID: c.TenantID, ComputerID: c.ComputerID, IdempotencyKey: c.IdempotencyKey,
+		Argv: nilIfEmpty(c.Argv), Script: c.Script, Cwd: c.Cwd, EnvNames: nilIfEmpty(c.EnvNames), TimeoutMS: c.TimeoutMS,
+		State: bothy.CommandAdmitted, CreatedAt: created,
+	}
+	return true, nil
+}
+
+func (s *DB) commandByKey(ctx context.Context, q queryer, tenantID, computerID, key string) (*bothy.Command, error) {
+	row := q.QueryRowContext(ctx, s.q(`SELECT `+commandColumns+` FROM commands
+		WHERE tenant_id = ? AND computer_id = ? AND idempotency_key = ?`), tenantID, computerID, key)
+	c, err := scanCommand(row)
+	return c, notFound(err, "no command with idempotency key %q", key)
+}
+
+// FindCommand returns the command, or ENOTFOUND.
+func (s *DB) FindCommand(ctx context.Context, tenantID, id string) (*bothy.Command, error) {
+	c, err := s.findCommand(ctx, s.db, tenantID, id)
+	if err != nil {
+		return nil, fmt.Errorf("find command: %w", err)
+	}
+	return c, nil
+}
+
+func (s *DB) findCommand(ctx context.Context, q queryer, tenantID, id string) (*bothy.Command, error) {
+	row := q.QueryRowContext(ctx, s.q(`SELECT `+commandColumns+` FROM commands WHERE tenant_id = ? AND id = ?`), tenantID, id)
+	c, err := scanCommand(row)
+	return c, notFound(err, "command %q not found", id)
+}
+
+// ListCommands returns the tenant's commands that match f, ordered by
+// creation time, then ID.
+func (s *DB) ListCommands(ctx context.Context, tenantID string, f bothy.CommandFilter) ([]*bothy.Command, error) {
+	offset, limit, err := page(f.Offset, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list commands: %w", err)
+	}
+	where, args := []string{"tenant_id = ?"}, []any{tenantID}
+	if f.ComputerID != "" {
+		where, args = append(where, "computer_id = ?"), append(args, f.ComputerID)
+	}
+	if f.State != "" {
+		where, args = append(where, "state = ?"), append(args, f.State)
+	}
+	args = append(args, limit, offset)
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+commandColumns+` FROM commands WHERE `+
+		strings.Join(where, " AND ")+` ORDER BY created_at, id LIMIT ? OFFSET ?`), args...)
+	if err != nil {
+		return nil, fmt.Errorf("list commands: %w", err)
+	}
+	defer rows.Close()
+	cs := []*bothy.Command{}
+	for rows.Next() {
+		c, err := scanCommand(rows)
+		if err != nil {
+			return nil, fmt.Errorf("list commands: %w", err)
+		}
+		cs = append(cs, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list commands: %w", err)
+	}
+	return cs, nil
+}
+
+// DispatchCommand moves the command from admitted to dispatched, at most
+// once, after locking the lease it is sent to (see lockLease). The state
+// compare-and-swap is one conditional UPDATE, re-evaluated by PostgreSQL
+// after waiting for a concurrent dispatcher's row lock, so exactly one
+// dispatcher matches the admitted row.
+func (s *DB) DispatchCommand(ctx context.Context, tenantID, id, leaseID string, generation int64) (*bothy.Command, error) {
+	var out *bothy.Command
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
+		cur, err := s.findCommand(ctx, tx, tenantID, id)
+		if err != nil {
+			return err
+		}
+		computerID, err := s.lockLease(ctx, tx, tenantID, leaseID, generation)
+		if err != nil {
+			return err
+		} else if computerID != cur.ComputerID {
+			return bothy.Errorf(bothy.ECONFLICT, "lease %q is not of computer %q", leaseID, cur.ComputerID)
+		}
+		at := s.timeArg(now())
+		res, err := tx.ExecContext(ctx, s.q(`UPDATE commands SET state = ?, lease_id = ?, generation = ?, dispatched_at = ?, updated_at = ?
+			WHERE tenant_id = ? AND id = ? AND state = ?`),
+			bothy.CommandDispatched, leaseID, generation, at, at, tenantID, id, bothy.CommandAdmitted)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			if cur, err = s.findCommand(ctx, tx, tenantID, id); err != nil {
+				return err
+			}
+			return bothy.Errorf(bothy.ECONFLICT, "command %q is %s, not admitted; it is dispatched at most once", id, cur.State)
+		}
+		out, err = s.findCommand(ctx, tx, tenantID, id)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dispatch command: %w", err)
+	}
+	return out, nil
+}
+
+// validTransition checks from → to against the domain's table.
+func validTransition(from []string, to string, u bothy.CommandUpdate) error {
+	if len(from) == 0 {
+		return bothy.Errorf(bothy.EINVALID, "a transition needs at least one state to move from")
+	} else if !bothy.ValidCommandState(to) {
+		return bothy.Errorf(bothy.EINVALID, "unknown command state %q", to)
+	} else if u.Generation < 0 {
+		return bothy.Errorf(bothy.EINVALID, "generation must not be negative")
+	}
+	for _, f := range from {
+		if !bothy.CanTransition(f, to) {
+			return bothy.Errorf(bothy.EINVALID, "a command may not move from %q to %q", f, to)
+		} else if bothy.RuntimeOnly(f, to) && u.Generation == 0 {
+			return bothy.Errorf(bothy.EINVALID, "only a runtime's report, with its generation, moves a command from %q to %q", f, to)
+		}
+	}
+	return nil
+}
+
+// TransitionCommand moves the command from one of the states from to to, by
+// compare-and-swap, and sets u's fields. With u.Generation it first checks
+// the command's generation and locks its lease (see lockLease), and the
+// UPDATE repeats the generation check, so a stale runtime never writes.
+func (s *DB) TransitionCommand(ctx context.Context, tenantID, id string, from []string, to string, u bothy.CommandUpdate) (*bothy.Command, error) {
+	if err := validTransition(from, to, u); err != nil {
+		return nil, fmt.Errorf("transition command: %w", err)
+	}
+	from = slices.Compact(slices.Sorted(slices.Values(from)))
+	var out *bothy.Command
+	err := s.withTx(ctx, func(tx *sql.Tx) error {
+		cur, err := s.findCommand(ctx, tx, tenantID, id)
+		if err != nil {
+			return err
+		}
+		if u.Generation != 0 {
+			if cur.Generation != u.Generation || cur.LeaseID == "" {
+				return staleGeneration(cur, u.Generation)
+			}
+			if _, err := s.lockLease(ctx, tx, tenantID, cur.LeaseID, u.Generation); err != nil {
+				return err
+			}
+		}
+		at := now()
+		set, args := []string{"state = ?", "updated_at = ?"}, []any{to, s.timeArg(at)}
+		if u.ExitCode != nil {
+			set, args = append(set, "exit_code = ?"), append(args, *u.ExitCode)
+		}
+		if u.Signal != "" {
+			set, args = append(set, "signal = ?"), append(args, u.Signal)
+		}
+		if u.OutputDigest != "" {
+			set, args = append(set, "output_digest = ?"), append(args, u.OutputDigest)
+		}
+		if u.DurationMS != 0 {
+			set, args = append(set, "wall_millis = ?"), append(args, u.DurationMS)
+		}
+		if u.RevisionAfter != 0 {
+			set, args = append(set, "revision_after = ?"), append(args, u.RevisionAfter)
+		}
+		switch {
+		case to == bothy.CommandRunning:
+			started := u.StartedAt
+			if started.IsZero() {
+				started = at
+			}
+			set, args = append(set, "started_at = COALESCE(started_at, ?)"), append(args, s.timeArg(started))
+		case bothy.CommandTerminal(to):
+			finished := u.FinishedAt
+			if finished.IsZero() {
+				finished = at
+			}
+			set, args = append(set, "finished_at = ?"), append(args, s.timeArg(finished))
+			if !u.StartedAt.IsZero() {
+				set, args = append(set, "started_at = COALESCE(started_at, ?)"), append(args, s.timeArg(u.StartedAt))
+			}
+		case to == bothy.CommandAdmitted:
+			// The runtime never saw it: forget the dispatch, so that it may
+			// be dispatched once more.
+			set = append(set, "lease_id = NULL", "generation = NULL", "dispatched_at = NULL")
+		}
+		where := "tenant_id = ? AND id = ? AND state IN (?" + strings.Repeat(", ?", len(from)-1) + ")"
+		args = append(args, tenantID, id)
+		for _, f := range from {
+			args = append(args, f)
+		}
+		if u.Generation != 0 {
+			where, args = where+" AND generation = ?", append(args, u.Generation)
+		}
+		res, err := tx.ExecContext(ctx, s.q(`UPDATE commands SET `+strings.Join(set, ", ")+` WHERE `+where), args...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			if cur, err = s.findCommand(ctx, tx, tenantID, id); err != nil {
+				return err
+			} else if u.Generation != 0 && cur.Generation != u.Generation {
+				return staleGeneration(cur, u.Generation)
+			}
+			return bothy.Errorf(bothy.ECONFLICT, "command %q is %s, not %s", id, cur.State, strings.Join(from, " or "))
+		}
+		out, err = s.findCommand(ctx, tx, tenantID, id)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("transition command: %w", err)
+	}
+	return out, nil
+}
+
+// staleGeneration is the ECONFLICT of a runtime write for a command that is
+// not (or no longer) dispatched at its generation.
+func staleGeneration(c *bothy.Command, generation int64) error {
+	if c.LeaseID == "" {
+		return bothy.Errorf(bothy.ECONFLICT, "command %q is not dispatched, so generation %d may not write it", c.ID, generation)
+	}
+	return bothy.Errorf(bothy.ECONFLICT, "command %q is of generation %d, not %d", c.ID, c.Generation, generation)
+}
