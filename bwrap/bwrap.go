@@ -1,0 +1,489 @@
+// Package bwrap implements bothy.Provider with bubblewrap: the standard
+// profile. It follows what was measured on the project's machines
+// (../shared/LAB.md, "Isolation"):
+//
+//   - each lease has a cgroup v1 leaf under the memory, pids and cpu
+//     controllers (memory.limit_in_bytes, pids.max, cpu.cfs_quota_us), and
+//     a directory in the v2 unified hierarchy with one child per command,
+//     used only for cgroup.kill and an exact list of a command's processes;
+//   - each lease has its own unprivileged host uid, allocated from a range
+//     (200000 upwards by default), and the workspace is chowned to it;
+//   - a command starts as a root /bin/sh trampoline that writes its own pid
+//     to the cgroup.procs files and then execs setpriv, which drops to the
+//     lease's uid with no groups and no capabilities (inheritable,
+//     bounding) and execs bwrap. bwrap itself never runs as root: started
+//     by root it would keep every capability;
+//   - bwrap unshares every namespace, so a command sees only a loopback
+//     interface (no egress), a read-only /usr and /etc, its own /proc,
+//     /dev and /tmp, and the workspace read-write at /workspace.
+//
+// The workspace is bind-mounted under the provider's state directory first,
+// because bwrap opens its source as the lease's uid, which may not be able
+// to traverse the caller's directories.
+//
+// Each command is its own bwrap with its own pid namespace, so nothing a
+// command starts outlives it: background processes do not survive into the
+// next command (a per-lease supervisor will change that).
+package bwrap
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bothyhq/bothy"
+)
+
+// Name is the provider's name.
+const Name = "bwrap"
+
+// Defaults of Options.
+const (
+	DefaultStateDir     = "/run/bothy/bwrap"
+	DefaultCgroupRoot   = "/sys/fs/cgroup"
+	DefaultCgroupParent = "bothy"
+	DefaultUIDBase      = 200000
+	DefaultUIDCount     = 65536
+	DefaultPids         = 4096
+)
+
+var _ bothy.Provider = (*Provider)(nil)
+
+// Options configure a Provider. Zero fields take the defaults.
+type Options struct {
+	// StateDir holds a directory per lease (the workspace bind mount) and
+	// the uid allocations. Every directory above it must be searchable by
+	// others (mode o+x), since bwrap runs as the lease's uid.
+	StateDir string
+	// CgroupRoot is where the v1 controllers and the v2 "unified"
+	// hierarchy are mounted; CgroupParent is the directory under each that
+	// holds the leases' cgroups.
+	CgroupRoot, CgroupParent string
+	// Leases get uids UIDBase to UIDBase+UIDCount-1; the same number is
+	// their gid. No other user of the host may use these ids.
+	UIDBase, UIDCount int
+	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
+	// cancel; zero means process.DefaultKillGrace.
+	KillGrace time.Duration
+	// Bwrap and Setpriv are the programs' paths; empty means a PATH lookup.
+	Bwrap, Setpriv string
+}
+
+// Provider runs each lease in bubblewrap under its own uid and cgroups. It
+// keeps no state in memory: everything it needs is in the handle and on
+// the host, so any Provider with the same Options can take over a lease.
+type Provider struct {
+	opt Options
+}
+
+// state is the provider's part of a handle.
+type state struct {
+	UID     int         `json:"uid"`
+	Dir     string      `json:"dir"` // the lease's directory under StateDir
+	Cgroups cgroupPaths `json:"cgroups"`
+}
+
+// New checks the host's prerequisites and returns a Provider. It fails
+// with an error naming everything missing: root, bwrap, setpriv, the cgroup
+// v1 memory, pids and cpu controllers, cgroup.kill in the v2 hierarchy, or
+// a state directory bwrap can traverse.
+func New(opt Options) (*Provider, error) {
+	if opt.StateDir == "" {
+		opt.StateDir = DefaultStateDir
+	}
+	if opt.CgroupRoot == "" {
+		opt.CgroupRoot = DefaultCgroupRoot
+	}
+	if opt.CgroupParent == "" {
+		opt.CgroupParent = DefaultCgroupParent
+	}
+	if opt.UIDBase == 0 {
+		opt.UIDBase = DefaultUIDBase
+	}
+	if opt.UIDCount == 0 {
+		opt.UIDCount = DefaultUIDCount
+	}
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root (it creates cgroups and drops to per-lease uids)")
+	}
+	lookup := func(prog *string, name string) {
+		if *prog == "" {
+			*prog = name
+		}
+		path, err := exec.LookPath(*prog)
+		if err != nil {
+			missing = append(missing, fmt.Sprintf("the %s program (install it with scripts/sandbox-deps)", name))
+			return
+		}
+		*prog = path
+	}
+	lookup(&opt.Bwrap, "bwrap")
+	lookup(&opt.Setpriv, "setpriv")
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		missing = append(missing, "/bin/sh")
+	}
+	if len(missing) == 0 {
+		missing = append(missing, opt.prepare()...)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("bwrap provider needs %s", strings.Join(missing, "; "))
+	}
+	return &Provider{opt: opt}, nil
+}
+
+// prepare creates the parent cgroups and state directories and returns
+// what it found missing.
+func (o *Options) prepare() []string {
+	var missing []string
+	for _, ctl := range controllers {
+		dir := filepath.Join(o.CgroupRoot, ctl, o.CgroupParent)
+		if _, err := os.Stat(filepath.Join(o.CgroupRoot, ctl, "cgroup.procs")); err != nil {
+			missing = append(missing, fmt.Sprintf("the cgroup v1 %s controller at %s", ctl, filepath.Join(o.CgroupRoot, ctl)))
+		} else if err := os.MkdirAll(dir, 0o755); err != nil {
+			missing = append(missing, fmt.Sprintf("a writable cgroup %s (%v)", dir, err))
+		}
+	}
+	unified := filepath.Join(o.CgroupRoot, "unified", o.CgroupParent)
+	if err := os.MkdirAll(unified, 0o755); err != nil {
+		missing = append(missing, fmt.Sprintf("the cgroup v2 hierarchy at %s (%v)", filepath.Dir(unified), err))
+	} else if _, err := os.Stat(filepath.Join(unified, "cgroup.kill")); err != nil {
+		missing = append(missing, fmt.Sprintf("cgroup.kill in %s (kernel 5.14 or later)", unified))
+	}
+	for _, dir := range []string{filepath.Join(o.StateDir, "leases"), filepath.Join(o.StateDir, "uids")} {
+		if err := os.MkdirAll(dir, 0o711); err != nil {
+			missing = append(missing, fmt.Sprintf("a state directory %s (%v)", dir, err))
+		}
+	}
+	os.Chmod(filepath.Join(o.StateDir, "uids"), 0o700)
+	for dir := filepath.Join(o.StateDir, "leases"); ; dir = filepath.Dir(dir) {
+		if fi, err := os.Stat(dir); err == nil && fi.Mode().Perm()&0o001 == 0 {
+			missing = append(missing, fmt.Sprintf("a state directory whose parents others can search (%s is %v)", dir, fi.Mode().Perm()))
+			break
+		}
+		if dir == filepath.Dir(dir) {
+			break
+		}
+	}
+	return missing
+}
+
+// Name returns "bwrap".
+func (p *Provider) Name() string { return Name }
+
+// Start allocates the lease's uid, bind-mounts and chowns its workspace,
+// and creates its cgroups with the limits.
+func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+		return nil, bothy.Errorf(bothy.EINVALID, "workspace %s is not a directory", spec.Workspace)
+	}
+	st := &state{Dir: filepath.Join(p.opt.StateDir, "leases", spec.LeaseID)}
+	if err := os.Mkdir(st.Dir, 0o711); errors.Is(err, fs.ErrExist) {
+		return nil, bothy.Errorf(bothy.ECONFLICT, "lease %s is already started", spec.LeaseID)
+	} else if err != nil {
+		return nil, fmt.Errorf("create lease dir: %w", err)
+	}
+	st.Cgroups = p.cgroups(spec.LeaseID)
+	h, err := p.start(spec, st)
+	if err != nil {
+		p.teardown(st)
+		return nil, err
+	}
+	return h, nil
+}
+
+func (p *Provider) cgroups(leaseID string) cgroupPaths {
+	c := cgroupPaths{V1: make(map[string]string)}
+	for _, ctl := range controllers {
+		c.V1[ctl] = filepath.Join(p.opt.CgroupRoot, ctl, p.opt.CgroupParent, leaseID)
+	}
+	c.Unified = filepath.Join(p.opt.CgroupRoot, "unified", p.opt.CgroupParent, leaseID)
+	return c
+}
+
+func (p *Provider) start(spec bothy.LeaseSpec, st *state) (*bothy.SandboxHandle, error) {
+	uid, err := p.allocateUID(spec.LeaseID)
+	if err != nil {
+		return nil, err
+	}
+	st.UID = uid
+	if err := chownTree(spec.Workspace, uid); err != nil {
+		return nil, err
+	}
+	mnt := filepath.Join(st.Dir, "workspace")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		return nil, fmt.Errorf("create mount point: %w", err)
+	}
+	if err := unix.Mount(spec.Workspace, mnt, "", unix.MS_BIND, ""); err != nil {
+		return nil, fmt.Errorf("bind-mount workspace: %w", err)
+	}
+	if err := unix.Mount("", mnt, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		return nil, fmt.Errorf("remount workspace nosuid: %w", err)
+	}
+	for _, dir := range st.Cgroups.all() {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create cgroup: %w", err)
+		}
+	}
+	l := spec.Limits
+	if l.Pids == 0 {
+		l.Pids = DefaultPids
+	}
+	if err := writeFile(filepath.Join(st.Cgroups.V1["pids"], "pids.max"), strconv.FormatInt(l.Pids, 10)); err != nil {
+		return nil, err
+	}
+	if l.MemoryBytes > 0 {
+		mem := st.Cgroups.V1["memory"]
+		if err := writeFile(filepath.Join(mem, "memory.limit_in_bytes"), strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
+			return nil, err
+		}
+		// With swap accounting, swap must be capped too or the limit
+		// only pushes memory out to swap.
+		if sw := filepath.Join(mem, "memory.memsw.limit_in_bytes"); exists(sw) {
+			if err := writeFile(sw, strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if l.CPUMillis > 0 {
+		cpu := st.Cgroups.V1["cpu"]
+		if err := writeFile(filepath.Join(cpu, "cpu.cfs_period_us"), "100000"); err != nil {
+			return nil, err
+		}
+		if err := writeFile(filepath.Join(cpu, "cpu.cfs_quota_us"), strconv.FormatInt(l.CPUMillis*100, 10)); err != nil {
+			return nil, err
+		}
+	}
+	h, err := bothy.NewSandboxHandle(Name, spec, st)
+	if err != nil {
+		return nil, fmt.Errorf("new handle: %w", err)
+	}
+	return h, nil
+}
+
+// Stop kills every process of the lease, removes its cgroups, unmounts and
+// removes its directory, and frees its uid once no process runs as it.
+func (p *Provider) Stop(ctx context.Context, h *bothy.SandboxHandle) (*bothy.Residue, error) {
+	st, err := decodeState(h)
+	if err != nil {
+		return &bothy.Residue{Other: []string{err.Error()}}, err
+	}
+	res := p.teardown(st)
+	if !res.Empty() {
+		b, _ := json.Marshal(res)
+		return res, fmt.Errorf("stop lease %s: residue %s", h.LeaseID, b)
+	}
+	return res, nil
+}
+
+// teardown undoes whatever part of Start happened and reports what it
+// could not undo. Each step runs even if an earlier one failed.
+func (p *Provider) teardown(st *state) *bothy.Residue {
+	res := &bothy.Residue{}
+	c := st.Cgroups
+	os.WriteFile(filepath.Join(c.Unified, "cgroup.kill"), []byte("1"), 0)
+	for _, ctl := range controllers {
+		if err := killV1(c.V1[ctl], 5*time.Second); err != nil {
+			res.Other = append(res.Other, err.Error())
+		}
+	}
+	if !waitEmpty(c.Unified, 5*time.Second) {
+		res.Other = append(res.Other, "cgroup "+c.Unified+" still holds processes")
+	}
+	for _, dir := range c.all() {
+		if err := removeCgroup(dir, 2*time.Second); err != nil || exists(dir) {
+			res.Cgroups = append(res.Cgroups, dir)
+		}
+	}
+
+	mnt := filepath.Join(st.Dir, "workspace")
+	if err := unix.Unmount(mnt, 0); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+		unix.Unmount(mnt, unix.MNT_DETACH)
+	}
+	if mounted(mnt) {
+		res.Mounts = append(res.Mounts, mnt)
+	} else {
+		// Remove only empty directories: if the unmount silently failed,
+		// RemoveAll would delete the workspace through the mount.
+		os.Remove(mnt)
+		os.Remove(st.Dir)
+		if exists(st.Dir) {
+			res.Paths = append(res.Paths, st.Dir)
+		}
+	}
+
+	if st.UID != 0 {
+		if pids := processesOf(st.UID); len(pids) > 0 {
+			for _, pid := range pids {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+			time.Sleep(50 * time.Millisecond)
+			res.Processes = processesOf(st.UID)
+		}
+		// A uid is reused only once nothing of this lease is left.
+		if res.Empty() {
+			os.Remove(p.uidFile(st.UID))
+		}
+	}
+	return res
+}
+
+// Recover checks that the lease's cgroups, mount and uid are still in
+// place and returns the handle.
+func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHandle, error) {
+	h, err := bothy.DecodeSandboxHandle(handle, Name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := decodeState(h)
+	if err != nil {
+		return nil, err
+	}
+	for _, dir := range st.Cgroups.all() {
+		if !exists(dir) {
+			return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (no cgroup %s)", h.LeaseID, dir)
+		}
+	}
+	if !mounted(filepath.Join(st.Dir, "workspace")) {
+		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (workspace not mounted)", h.LeaseID)
+	}
+	if b, err := os.ReadFile(p.uidFile(st.UID)); err != nil || string(b) != h.LeaseID {
+		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (uid %d not held)", h.LeaseID, st.UID)
+	}
+	return h, nil
+}
+
+func decodeState(h *bothy.SandboxHandle) (*state, error) {
+	var st state
+	if err := json.Unmarshal(h.State, &st); err != nil || st.Dir == "" || st.Cgroups.Unified == "" || len(st.Cgroups.V1) != len(controllers) {
+		return nil, bothy.Errorf(bothy.EINVALID, "sandbox handle of lease %s has no valid bwrap state", h.LeaseID)
+	}
+	return &st, nil
+}
+
+func (p *Provider) uidFile(uid int) string {
+	return filepath.Join(p.opt.StateDir, "uids", strconv.Itoa(uid))
+}
+
+// allocateUID takes the first free uid of the range by creating its file
+// exclusively, which holds the lease id.
+func (p *Provider) allocateUID(leaseID string) (int, error) {
+	for uid := p.opt.UIDBase; uid < p.opt.UIDBase+p.opt.UIDCount; uid++ {
+		f, err := os.OpenFile(p.uidFile(uid), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		} else if err != nil {
+			return 0, fmt.Errorf("allocate uid: %w", err)
+		}
+		_, err = f.WriteString(leaseID)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(f.Name())
+			return 0, fmt.Errorf("allocate uid: %w", err)
+		}
+		return uid, nil
+	}
+	return 0, bothy.Errorf(bothy.ECONFLICT, "no free sandbox uid in %d-%d", p.opt.UIDBase, p.opt.UIDBase+p.opt.UIDCount-1)
+}
+
+// chownTree gives every file of the workspace to the lease's uid, without
+// following symlinks.
+func chownTree(root string, uid int) error {
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, uid, uid)
+	})
+	if err != nil {
+		return fmt.Errorf("chown workspace: %w", err)
+	}
+	return nil
+}
+
+// processesOf returns the pids of live host processes whose real uid is
+// uid. Zombies are left out: they run nothing and hold nothing but a pid,
+// and the one a command leaves (bwrap's init in the sandbox, orphaned when
+// the bwrap monitor exits first) is reaped by the host's init.
+func processesOf(uid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	want := strconv.Itoa(uid)
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		var zombie, match bool
+		for line := range strings.Lines(string(b)) {
+			f := strings.Fields(line)
+			if len(f) > 1 && f[0] == "State:" {
+				zombie = f[1] == "Z" || f[1] == "X"
+			} else if len(f) > 1 && f[0] == "Uid:" {
+				match = f[1] == want
+				break
+			}
+		}
+		if match && !zombie {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// mounted reports whether path is a mount point in this mount namespace.
+func mounted(path string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) > 4 && unescapeMount(f[4]) == path {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}

@@ -1,0 +1,241 @@
+// Package process implements bothy.Provider with plain child processes, for
+// development and for paired machines that their owner trusts.
+//
+// It isolates nothing. A command runs as the agent's own user, with the
+// agent's privileges, and can read, write and reach everything that user
+// can: other workspaces, the host's files, the network. It has no memory,
+// pids or CPU limits. What it does do: each command runs in its own process
+// group with its working directory confined under the workspace (a Cwd that
+// escapes, lexically or through a symlink, is refused), a minimal
+// environment rather than the agent's, and a timeout that kills the whole
+// process group. A process that leaves its group (setsid, a double fork
+// into a new session) escapes even that. Never offer it to tenants who are
+// not the machine's owner.
+package process
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/bothyhq/bothy"
+)
+
+// Name is the provider's name.
+const Name = "process"
+
+var _ bothy.Provider = (*Provider)(nil)
+
+// Provider runs commands as child processes of the agent.
+type Provider struct {
+	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
+	// cancel; zero means DefaultKillGrace.
+	KillGrace time.Duration
+
+	mu     sync.Mutex
+	leases map[string]map[int]struct{} // lease id → process groups running
+}
+
+// New returns a process provider.
+func New() *Provider {
+	return &Provider{leases: make(map[string]map[int]struct{})}
+}
+
+// Name returns "process".
+func (p *Provider) Name() string { return Name }
+
+// Start checks the workspace and registers the lease. It starts nothing.
+func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkDir(spec.Workspace); err != nil {
+		return nil, err
+	}
+	h, err := bothy.NewSandboxHandle(Name, spec, nil)
+	if err != nil {
+		return nil, fmt.Errorf("new handle: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.leases[spec.LeaseID]; ok {
+		return nil, bothy.Errorf(bothy.ECONFLICT, "lease %s is already started", spec.LeaseID)
+	}
+	p.leases[spec.LeaseID] = make(map[int]struct{})
+	return h, nil
+}
+
+// Exec runs the command as a child process in its own process group.
+func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.ExecSpec) (*bothy.ExecResult, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	dir, err := confine(h.Workspace, spec.Cwd)
+	if err != nil {
+		return nil, err
+	}
+	var cmd *exec.Cmd
+	if spec.Script != "" {
+		cmd = exec.Command("bash", "-c", spec.Script)
+	} else {
+		cmd = exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	}
+	cmd.Dir = dir
+	cmd.Env = environ(h.Workspace, h.Env, spec.Env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+
+	p.mu.Lock()
+	groups, ok := p.leases[h.LeaseID]
+	p.mu.Unlock()
+	if !ok {
+		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is not running", h.LeaseID)
+	}
+	// The group is registered as soon as it exists, so that Stop finds it;
+	// if Stop ran in between, the group is killed at once.
+	var pgid int
+	res, err := Run(ctx, cmd, spec, RunOptions{
+		Grace: p.KillGrace,
+		Started: func(pid int) {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			pgid = pid
+			groups[pid] = struct{}{}
+			if _, ok := p.leases[h.LeaseID]; !ok {
+				syscall.Kill(-pid, syscall.SIGKILL)
+			}
+		},
+		Signal: func(sig syscall.Signal) { syscall.Kill(-pgid, sig) },
+	})
+	if pgid != 0 {
+		waitGroupGone(pgid, time.Second)
+		p.mu.Lock()
+		delete(groups, pgid)
+		p.mu.Unlock()
+	}
+	return res, err
+}
+
+// Stop kills every process group that the lease's commands are running
+// and checks that none remains.
+func (p *Provider) Stop(ctx context.Context, h *bothy.SandboxHandle) (*bothy.Residue, error) {
+	p.mu.Lock()
+	groups := p.leases[h.LeaseID]
+	delete(p.leases, h.LeaseID)
+	var pgids []int
+	for g := range groups {
+		pgids = append(pgids, g)
+	}
+	p.mu.Unlock()
+	res := &bothy.Residue{}
+	for _, g := range pgids {
+		syscall.Kill(-g, syscall.SIGKILL)
+	}
+	for _, g := range pgids {
+		if !waitGroupGone(g, 2*time.Second) {
+			res.Processes = append(res.Processes, g)
+		}
+	}
+	sort.Ints(res.Processes)
+	if !res.Empty() {
+		return res, fmt.Errorf("stop lease %s: process groups %v remain", h.LeaseID, res.Processes)
+	}
+	return res, nil
+}
+
+// Recover reattaches to a lease's workspace. No process outlives its Exec,
+// so there is nothing else to find.
+func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHandle, error) {
+	h, err := bothy.DecodeSandboxHandle(handle, Name)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDir(h.Workspace); err != nil {
+		return nil, bothy.Errorf(bothy.ENOTFOUND, "workspace of lease %s is gone", h.LeaseID)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.leases[h.LeaseID]; !ok {
+		p.leases[h.LeaseID] = make(map[int]struct{})
+	}
+	return h, nil
+}
+
+func checkDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return bothy.Errorf(bothy.EINVALID, "workspace %s: %v", dir, err)
+	} else if !fi.IsDir() {
+		return bothy.Errorf(bothy.EINVALID, "workspace %s is not a directory", dir)
+	}
+	return nil
+}
+
+// confine returns the host directory for a command's cwd, refusing one
+// that escapes the workspace lexically or through symlinks.
+func confine(workspace, cwd string) (string, error) {
+	rel, err := bothy.CleanCwd(cwd)
+	if err != nil {
+		return "", err
+	}
+	root, err := filepath.EvalSymlinks(workspace)
+	if err != nil {
+		return "", bothy.Errorf(bothy.ENOTFOUND, "workspace is gone")
+	}
+	dir, err := filepath.EvalSymlinks(filepath.Join(root, rel))
+	if err != nil {
+		return "", bothy.Errorf(bothy.EINVALIDPATH, "working directory %q does not exist", cwd)
+	}
+	if dir != root && !strings.HasPrefix(dir, root+string(filepath.Separator)) {
+		return "", bothy.Errorf(bothy.EINVALIDPATH, "working directory %q escapes the workspace", cwd)
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return "", bothy.Errorf(bothy.EINVALIDPATH, "working directory %q is not a directory", cwd)
+	}
+	return dir, nil
+}
+
+// environ builds a command's environment: a minimal base, not the agent's
+// own (which may hold its credential), then the lease's and the command's.
+func environ(workspace string, layers ...map[string]string) []string {
+	env := map[string]string{
+		"PATH": "/usr/local/bin:/usr/bin:/bin",
+		"HOME": workspace,
+		"LANG": "C.UTF-8",
+	}
+	if path := os.Getenv("PATH"); path != "" {
+		env["PATH"] = path
+	}
+	for _, l := range layers {
+		for k, v := range l {
+			env[k] = v
+		}
+	}
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// waitGroupGone polls until no process of group pgid is left, for at most
+// d, and reports whether it is gone.
+func waitGroupGone(pgid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if err := syscall.Kill(-pgid, 0); err == syscall.ESRCH {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,280 @@
+package bothy
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"path"
+	"strings"
+	"time"
+)
+
+// Provider runs a computer's commands in a sandbox on the local host: one
+// sandbox per lease, started over a workspace directory that the caller has
+// already materialized on local disk. Providers are named after what they
+// use (bwrap, process, later gvisor); the control plane picks one by policy
+// and records the choice, it never falls back silently to another.
+//
+// Every implementation passes providertest.TestProvider.
+type Provider interface {
+	// Name returns the provider's name as recorded on leases and receipts
+	// ("bwrap", "process"). It is also the Provider field of its handles.
+	Name() string
+
+	// Start prepares a sandbox for a lease over spec.Workspace and returns
+	// its handle. It starts no command. The provider may take ownership of
+	// the workspace directory for the lease (bwrap chowns it to the lease's
+	// uid). A spec that fails Validate is EINVALID. If Start fails it leaves
+	// nothing behind.
+	Start(ctx context.Context, spec LeaseSpec) (*SandboxHandle, error)
+
+	// Exec runs one command in the sandbox and waits for it. The command's
+	// own failure (a non-zero exit, a signal, the timeout, the memory or
+	// pids limit) is a result, not an error; an error means the command
+	// could not be run or waited for (an invalid spec is EINVALID, a Cwd
+	// that escapes the workspace is EINVALIDPATH, a stopped sandbox is
+	// ENOTFOUND).
+	//
+	// Every process the command starts is killed when its main process
+	// exits, when spec.Timeout passes (SIGTERM to the whole tree, then
+	// SIGKILL after the provider's grace period; TimedOut is set), or when
+	// ctx is done (the tree is killed and Exec returns ctx's error). Exec
+	// returns only once its output has been copied to spec.Stdout and
+	// spec.Stderr; it never closes spec.Stdin. Several Execs may run at
+	// once in one sandbox.
+	Exec(ctx context.Context, h *SandboxHandle, spec ExecSpec) (*ExecResult, error)
+
+	// Stop kills every process of the sandbox, releases what Start took
+	// (cgroups, mounts, uids, state directories) and proves that nothing
+	// remains. It always returns a Residue, empty when teardown is proven
+	// complete; a non-empty Residue comes with an error, and the lease
+	// should then be quarantined. Stop is idempotent: stopping a stopped
+	// sandbox returns an empty Residue and no error. The workspace
+	// directory itself is the caller's and stays.
+	Stop(ctx context.Context, h *SandboxHandle) (*Residue, error)
+
+	// Recover reattaches to a sandbox from an encoded handle (from
+	// SandboxHandle.Encode), as a restarted agent does. A malformed handle,
+	// an unknown version or another provider's handle is EINVALID; a
+	// sandbox that no longer exists is ENOTFOUND.
+	Recover(ctx context.Context, handle []byte) (*SandboxHandle, error)
+}
+
+// Limits are a lease's resource limits. Zero means the provider's default,
+// which may be unlimited.
+type Limits struct {
+	MemoryBytes int64 `json:"memory_bytes,omitempty"` // resident memory; exceeding it OOM-kills
+	Pids        int64 `json:"pids,omitempty"`         // processes and threads at once
+	CPUMillis   int64 `json:"cpu_millis,omitempty"`   // CPU time per wall time, in thousandths of a CPU
+}
+
+// LeaseSpec describes the sandbox of one lease.
+type LeaseSpec struct {
+	LeaseID    string
+	ComputerID string
+	Generation int64
+	// Workspace is an absolute host directory, already materialized by the
+	// caller, that commands see as their workspace.
+	Workspace string
+	Limits    Limits
+	// Env is set for every command of the lease, under ExecSpec.Env. It is
+	// kept in the handle, so it must hold no secret.
+	Env map[string]string
+}
+
+// Validate reports whether s can be started.
+func (s *LeaseSpec) Validate() error {
+	if err := ValidateID("lease id", s.LeaseID); err != nil {
+		return err
+	} else if err := ValidateID("computer id", s.ComputerID); err != nil {
+		return err
+	} else if s.Generation < 1 {
+		return Errorf(EINVALID, "lease generation must be at least 1")
+	} else if s.Workspace == "" || !path.IsAbs(s.Workspace) {
+		return Errorf(EINVALID, "lease workspace must be an absolute directory")
+	} else if s.Limits.MemoryBytes < 0 || s.Limits.Pids < 0 || s.Limits.CPUMillis < 0 {
+		return Errorf(EINVALID, "lease limits must not be negative")
+	}
+	return validateEnv(s.Env)
+}
+
+// ExecSpec is one command to run in a sandbox.
+type ExecSpec struct {
+	// Argv is the program and its arguments, looked up in the sandbox's
+	// PATH. Exactly one of Argv and Script is set.
+	Argv []string
+	// Script is run by bash, as `bash -c SCRIPT`.
+	Script string
+	// Cwd is the working directory relative to the workspace root; "" is
+	// the root. Absolute paths and ".." that would climb out are
+	// EINVALIDPATH.
+	Cwd string
+	// Env is added to the lease's environment for this command.
+	Env map[string]string
+	// Stdin is the command's standard input; nil reads as empty.
+	Stdin io.Reader
+	// Stdout and Stderr receive the command's output; nil discards it.
+	// They are written from two goroutines, so one writer given as both
+	// must be safe for concurrent use.
+	Stdout, Stderr io.Writer
+	// Timeout bounds the command's wall time; zero means none.
+	Timeout time.Duration
+}
+
+// Validate reports whether s can be run.
+func (s *ExecSpec) Validate() error {
+	if (len(s.Argv) == 0) == (s.Script == "") {
+		return Errorf(EINVALID, "a command needs exactly one of argv and script")
+	} else if len(s.Argv) > 0 && s.Argv[0] == "" {
+		return Errorf(EINVALID, "a command's program must not be empty")
+	} else if s.Timeout < 0 {
+		return Errorf(EINVALID, "a command's timeout must not be negative")
+	}
+	for _, a := range s.Argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return Errorf(EINVALID, "a command's arguments must not hold NUL bytes")
+		}
+	}
+	if strings.IndexByte(s.Script, 0) >= 0 {
+		return Errorf(EINVALID, "a command's script must not hold NUL bytes")
+	}
+	if _, err := CleanCwd(s.Cwd); err != nil {
+		return err
+	}
+	return validateEnv(s.Env)
+}
+
+// CleanCwd returns the canonical workspace-relative form of a command's
+// working directory ("." for the root). An absolute path, a ".." that
+// climbs above the root or a NUL byte is EINVALIDPATH. It is lexical only:
+// a provider that runs commands outside a mount namespace must also check
+// that symlinks do not lead out of the workspace.
+func CleanCwd(cwd string) (string, error) {
+	if strings.IndexByte(cwd, 0) >= 0 {
+		return "", Errorf(EINVALIDPATH, "working directory holds a NUL byte")
+	} else if strings.HasPrefix(cwd, "/") {
+		return "", Errorf(EINVALIDPATH, "working directory %q must be relative to the workspace", cwd)
+	} else if len(cwd) > 4096 {
+		return "", Errorf(EINVALIDPATH, "working directory is over 4096 bytes")
+	}
+	depth := 0
+	for elem := range strings.SplitSeq(cwd, "/") {
+		switch elem {
+		case "", ".":
+		case "..":
+			if depth--; depth < 0 {
+				return "", Errorf(EINVALIDPATH, "working directory %q escapes the workspace", cwd)
+			}
+		default:
+			depth++
+		}
+	}
+	return path.Clean("./" + cwd), nil
+}
+
+func validateEnv(env map[string]string) error {
+	for k, v := range env {
+		if err := validateEnvName(k); err != nil {
+			return err
+		} else if strings.IndexByte(v, 0) >= 0 {
+			return Errorf(EINVALID, "environment variable %s holds a NUL byte", k)
+		}
+	}
+	return nil
+}
+
+// ExecResult is how a command ended.
+type ExecResult struct {
+	// ExitCode is the exit status; a command killed by signal N reports
+	// 128+N, as a shell does.
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that killed the command ("SIGKILL") when the
+	// provider knows it, else "".
+	Signal string `json:"signal,omitempty"`
+	// TimedOut reports that the command was killed at its timeout.
+	TimedOut bool `json:"timed_out,omitempty"`
+	// OOMKilled reports that the memory limit killed a process of the
+	// sandbox while the command ran.
+	OOMKilled bool `json:"oom_killed,omitempty"`
+	// PidsLimited reports that the pids limit refused a fork while the
+	// command ran.
+	PidsLimited bool          `json:"pids_limited,omitempty"`
+	Duration    time.Duration `json:"duration"`
+}
+
+// Residue is the evidence of a sandbox's teardown: what was found left
+// over after Stop. It is empty when teardown is proven complete, and it is
+// what a lease records as its residue. A zombie (an exited process not yet
+// reaped by its parent) runs nothing and is not residue.
+type Residue struct {
+	Processes []int    `json:"processes,omitempty"` // host pids still alive
+	Cgroups   []string `json:"cgroups,omitempty"`   // cgroup directories not removed
+	Mounts    []string `json:"mounts,omitempty"`    // mount points not unmounted
+	Paths     []string `json:"paths,omitempty"`     // files or directories not removed
+	Other     []string `json:"other,omitempty"`     // anything else, described
+}
+
+// Empty reports whether r records no residue.
+func (r *Residue) Empty() bool {
+	return len(r.Processes)+len(r.Cgroups)+len(r.Mounts)+len(r.Paths)+len(r.Other) == 0
+}
+
+// SandboxHandleVersion is the version of the SandboxHandle encoding.
+const SandboxHandleVersion = 1
+
+// SandboxHandle identifies a provider's sandbox. Its encoding is opaque to
+// the control plane, which stores it as the lease's SandboxRef and gives it
+// back to Provider.Recover after a restart.
+type SandboxHandle struct {
+	Version    int               `json:"v"`
+	Provider   string            `json:"provider"`
+	LeaseID    string            `json:"lease_id"`
+	ComputerID string            `json:"computer_id"`
+	Generation int64             `json:"generation"`
+	Workspace  string            `json:"workspace"`
+	Limits     Limits            `json:"limits"`
+	Env        map[string]string `json:"env,omitempty"`
+	// State is the provider's own fields, which only it reads.
+	State json.RawMessage `json:"state,omitempty"`
+}
+
+// NewSandboxHandle returns a handle of the current version for spec,
+// carrying the provider's state encoded as JSON.
+func NewSandboxHandle(provider string, spec LeaseSpec, state any) (*SandboxHandle, error) {
+	h := &SandboxHandle{
+		Version: SandboxHandleVersion, Provider: provider,
+		LeaseID: spec.LeaseID, ComputerID: spec.ComputerID, Generation: spec.Generation,
+		Workspace: spec.Workspace, Limits: spec.Limits, Env: spec.Env,
+	}
+	if state != nil {
+		b, err := json.Marshal(state)
+		if err != nil {
+			return nil, err
+		}
+		h.State = b
+	}
+	return h, nil
+}
+
+// Encode returns the handle's JSON encoding.
+func (h *SandboxHandle) Encode() ([]byte, error) {
+	return json.Marshal(h)
+}
+
+// DecodeSandboxHandle decodes an encoded handle and checks that it is of
+// the current version and of the named provider; anything else is EINVALID.
+func DecodeSandboxHandle(b []byte, provider string) (*SandboxHandle, error) {
+	var h SandboxHandle
+	if err := json.Unmarshal(b, &h); err != nil {
+		return nil, Errorf(EINVALID, "sandbox handle is not valid JSON")
+	} else if h.Version != SandboxHandleVersion {
+		return nil, Errorf(EINVALID, "sandbox handle version %d is not supported (want %d)", h.Version, SandboxHandleVersion)
+	} else if h.Provider != provider {
+		return nil, Errorf(EINVALID, "sandbox handle is for provider %q, not %q", h.Provider, provider)
+	}
+	spec := LeaseSpec{LeaseID: h.LeaseID, ComputerID: h.ComputerID, Generation: h.Generation, Workspace: h.Workspace, Limits: h.Limits, Env: h.Env}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}

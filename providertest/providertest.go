@@ -1,0 +1,447 @@
+// Package providertest is the conformance suite that every bothy.Provider
+// passes. A provider's test calls TestProvider with a constructor:
+//
+//	func TestProvider(t *testing.T) {
+//		providertest.TestProvider(t, func(t *testing.T) bothy.Provider { return process.New() })
+//	}
+package providertest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bothyhq/bothy"
+)
+
+// Unavailable ends a test whose provider cannot run on this host: it fails
+// when BOTHY_TEST_REQUIRE_ALL is set, as in CI, where a skipped suite is a
+// hole, and skips otherwise.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("BOTHY_TEST_REQUIRE_ALL") != "" {
+		t.Fatalf("%s (BOTHY_TEST_REQUIRE_ALL is set, so this fails instead of skipping)", msg)
+	}
+	t.Skip(msg)
+}
+
+// TestProvider runs the conformance suite against providers made by
+// newProvider, which may be called several times in one test (to recover a
+// sandbox in a new provider, as a restarted agent does).
+func TestProvider(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
+	t.Run("Exec", func(t *testing.T) { testExec(t, newProvider) })
+	t.Run("Workspace", func(t *testing.T) { testWorkspace(t, newProvider) })
+	t.Run("Kill", func(t *testing.T) { testKill(t, newProvider) })
+	t.Run("Stop", func(t *testing.T) { testStop(t, newProvider) })
+	t.Run("Recover", func(t *testing.T) { testRecover(t, newProvider) })
+	t.Run("Validate", func(t *testing.T) { testValidate(t, newProvider) })
+}
+
+func testExec(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
+	p := newProvider(t)
+	h, _ := Start(t, p, bothy.LeaseSpec{Env: map[string]string{"LEASE_VAR": "lease", "OVERRIDE": "lease"}})
+
+	t.Run("Argv", func(t *testing.T) {
+		res, out, errOut := Exec(t, p, h, bothy.ExecSpec{Argv: []string{"echo", "hello", "world"}})
+		wantExit(t, res, 0)
+		if out != "hello world\n" || errOut != "" {
+			t.Fatalf("stdout %q stderr %q, want %q and nothing", out, errOut, "hello world\n")
+		}
+	})
+	t.Run("StdoutStderr", func(t *testing.T) {
+		res, out, errOut := Exec(t, p, h, bothy.ExecSpec{Script: "echo out; echo err >&2; echo out2"})
+		wantExit(t, res, 0)
+		if out != "out\nout2\n" || errOut != "err\n" {
+			t.Fatalf("stdout %q stderr %q", out, errOut)
+		}
+	})
+	t.Run("ExitCode", func(t *testing.T) {
+		res, _, _ := Exec(t, p, h, bothy.ExecSpec{Script: "exit 3"})
+		wantExit(t, res, 3)
+		res, _, _ = Exec(t, p, h, bothy.ExecSpec{Argv: []string{"false"}})
+		wantExit(t, res, 1)
+		res, _, _ = Exec(t, p, h, bothy.ExecSpec{Script: "kill -9 $$"})
+		wantExit(t, res, 137)
+	})
+	t.Run("ProgramNotFound", func(t *testing.T) {
+		// Either an error or a non-zero exit (a sandbox's shell reports
+		// 127); never success.
+		res, err := p.Exec(context.Background(), h, bothy.ExecSpec{Argv: []string{"bothy-no-such-program"}, Timeout: 10 * time.Second})
+		if err == nil && res.ExitCode == 0 {
+			t.Fatal("a missing program succeeded")
+		}
+	})
+	t.Run("Stdin", func(t *testing.T) {
+		res, out, _ := Exec(t, p, h, bothy.ExecSpec{Argv: []string{"cat"}, Stdin: strings.NewReader("piped\ninput\n")})
+		wantExit(t, res, 0)
+		if out != "piped\ninput\n" {
+			t.Fatalf("stdout %q", out)
+		}
+		res, out, _ = Exec(t, p, h, bothy.ExecSpec{Script: "wc -c"})
+		wantExit(t, res, 0)
+		if strings.TrimSpace(out) != "0" {
+			t.Fatalf("nil stdin read %q bytes, want 0", out)
+		}
+	})
+	t.Run("Env", func(t *testing.T) {
+		res, out, _ := Exec(t, p, h, bothy.ExecSpec{
+			Script: `echo "$LEASE_VAR $CMD_VAR $OVERRIDE"`,
+			Env:    map[string]string{"CMD_VAR": "cmd value", "OVERRIDE": "cmd"},
+		})
+		wantExit(t, res, 0)
+		if out != "lease cmd value cmd\n" {
+			t.Fatalf("stdout %q", out)
+		}
+	})
+	t.Run("EnvNotInherited", func(t *testing.T) {
+		t.Setenv("BOTHY_AGENT_SECRET", "s3cret")
+		res, out, _ := Exec(t, p, h, bothy.ExecSpec{Script: `echo "[$BOTHY_AGENT_SECRET]"`})
+		wantExit(t, res, 0)
+		if out != "[]\n" {
+			t.Fatalf("the agent's environment leaked into a command: %q", out)
+		}
+	})
+	t.Run("Concurrent", func(t *testing.T) {
+		var wg sync.WaitGroup
+		for i := range 4 {
+			wg.Go(func() {
+				var out bytes.Buffer
+				res, err := p.Exec(context.Background(), h, bothy.ExecSpec{Script: fmt.Sprintf("sleep 0.2; echo %d", i), Stdout: &out, Timeout: 30 * time.Second})
+				if err != nil || res.ExitCode != 0 || out.String() != fmt.Sprintf("%d\n", i) {
+					t.Errorf("command %d: result %+v, error %v, stdout %q", i, res, err, out.String())
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
+
+func testWorkspace(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
+	p := newProvider(t)
+	ws := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(ws, "sub", "deeper"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "sub", "given.txt"), []byte("from the host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := Start(t, p, bothy.LeaseSpec{Workspace: ws})
+
+	t.Run("Cwd", func(t *testing.T) {
+		res, out, _ := Exec(t, p, h, bothy.ExecSpec{Script: "cat given.txt; basename \"$PWD\"", Cwd: "sub"})
+		wantExit(t, res, 0)
+		if out != "from the host\nsub\n" {
+			t.Fatalf("stdout %q", out)
+		}
+		res, out, _ = Exec(t, p, h, bothy.ExecSpec{Script: "basename \"$PWD\"", Cwd: "./sub//deeper/../deeper/"})
+		wantExit(t, res, 0)
+		if out != "deeper\n" {
+			t.Fatalf("stdout %q", out)
+		}
+	})
+	t.Run("CwdEscape", func(t *testing.T) {
+		for _, cwd := range []string{"..", "../..", "sub/../../x", "/", "/etc", "/tmp/x", "a\x00b"} {
+			_, err := p.Exec(context.Background(), h, bothy.ExecSpec{Argv: []string{"pwd"}, Cwd: cwd})
+			if code := bothy.ErrorCode(err); code != bothy.EINVALIDPATH {
+				t.Errorf("cwd %q: error %v (code %q), want %s", cwd, err, code, bothy.EINVALIDPATH)
+			}
+		}
+	})
+	t.Run("WritesAppearOnHost", func(t *testing.T) {
+		res, _, errOut := Exec(t, p, h, bothy.ExecSpec{Script: "echo data > out.txt && mkdir -p made/inner && printf x > made/inner/f && echo more >> sub/given.txt"})
+		wantExit(t, res, 0)
+		if errOut != "" {
+			t.Fatalf("stderr %q", errOut)
+		}
+		for name, want := range map[string]string{
+			"out.txt":       "data\n",
+			"made/inner/f":  "x",
+			"sub/given.txt": "from the host\nmore\n",
+		} {
+			b, err := os.ReadFile(filepath.Join(ws, name))
+			if err != nil || string(b) != want {
+				t.Errorf("host file %s: %q, %v; want %q", name, b, err, want)
+			}
+		}
+	})
+}
+
+func testKill(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
+	p := newProvider(t)
+	h, _ := Start(t, p, bothy.LeaseSpec{})
+
+	t.Run("TimeoutKillsTree", func(t *testing.T) {
+		m := Marker()
+		start := time.Now()
+		res, _, _ := Exec(t, p, h, bothy.ExecSpec{
+			Script:  fmt.Sprintf("(sleep %s &); sleep %s & sleep %s", m, m, m),
+			Timeout: 500 * time.Millisecond,
+		})
+		if !res.TimedOut {
+			t.Fatalf("result %+v, want TimedOut", res)
+		}
+		if res.ExitCode == 0 {
+			t.Fatalf("a timed-out command exited 0")
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("timeout of 500ms took %v", d)
+		}
+		WantNoProcess(t, m)
+	})
+	t.Run("NothingOutlivesCommand", func(t *testing.T) {
+		m := Marker()
+		start := time.Now()
+		res, out, _ := Exec(t, p, h, bothy.ExecSpec{Script: fmt.Sprintf("sleep %s & (sleep %s &); echo started", m, m)})
+		wantExit(t, res, 0)
+		if out != "started\n" {
+			t.Fatalf("stdout %q", out)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("a command that left background processes took %v", d)
+		}
+		WantNoProcess(t, m)
+	})
+	t.Run("Cancel", func(t *testing.T) {
+		m := Marker()
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err := p.Exec(ctx, h, bothy.ExecSpec{Script: fmt.Sprintf("sleep %s & sleep %s", m, m), Timeout: 20 * time.Second})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("error %v, want context.DeadlineExceeded", err)
+		}
+		WantNoProcess(t, m)
+	})
+}
+
+func testStop(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
+	p := newProvider(t)
+	h, _ := Start(t, p, bothy.LeaseSpec{})
+	m := Marker()
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Exec(context.Background(), h, bothy.ExecSpec{Script: fmt.Sprintf("(sleep %s &); sleep %s", m, m), Timeout: 30 * time.Second})
+		done <- err
+	}()
+	waitProcess(t, m)
+
+	res, err := p.Stop(context.Background(), h)
+	if err != nil || res == nil || !res.Empty() {
+		t.Fatalf("Stop: residue %+v, error %v", res, err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a running command did not end after Stop")
+	}
+	WantNoProcess(t, m)
+
+	t.Run("Idempotent", func(t *testing.T) {
+		res, err := p.Stop(context.Background(), h)
+		if err != nil || res == nil || !res.Empty() {
+			t.Fatalf("second Stop: residue %+v, error %v", res, err)
+		}
+	})
+	t.Run("ExecAfterStop", func(t *testing.T) {
+		_, err := p.Exec(context.Background(), h, bothy.ExecSpec{Argv: []string{"true"}})
+		if code := bothy.ErrorCode(err); code != bothy.ENOTFOUND {
+			t.Fatalf("error %v (code %q), want %s", err, code, bothy.ENOTFOUND)
+		}
+	})
+}
+
+func testRecover(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
+	p := newProvider(t)
+	h, ws := Start(t, p, bothy.LeaseSpec{Env: map[string]string{"KEPT": "yes"}})
+	b, err := h.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("OK", func(t *testing.T) {
+		p2 := newProvider(t)
+		h2, err := p2.Recover(context.Background(), b)
+		if err != nil {
+			t.Fatalf("Recover: %v", err)
+		}
+		if h2.LeaseID != h.LeaseID || h2.Generation != h.Generation || h2.Provider != p.Name() {
+			t.Fatalf("recovered handle %+v, want lease %s generation %d", h2, h.LeaseID, h.Generation)
+		}
+		res, out, _ := Exec(t, p2, h2, bothy.ExecSpec{Script: `echo "$KEPT" > recovered.txt; cat recovered.txt`})
+		wantExit(t, res, 0)
+		if out != "yes\n" {
+			t.Fatalf("stdout %q", out)
+		}
+		if got, _ := os.ReadFile(filepath.Join(ws, "recovered.txt")); string(got) != "yes\n" {
+			t.Fatalf("host file %q", got)
+		}
+	})
+	t.Run("ErrInvalid", func(t *testing.T) {
+		bad := map[string][]byte{
+			"garbage":        []byte("not json"),
+			"version":        bytes.Replace(b, []byte(`"v":1`), []byte(`"v":99`), 1),
+			"other provider": bytes.Replace(b, []byte(`"provider":"`+p.Name()+`"`), []byte(`"provider":"elsewhere"`), 1),
+		}
+		for name, handle := range bad {
+			if _, err := p.Recover(context.Background(), handle); bothy.ErrorCode(err) != bothy.EINVALID {
+				t.Errorf("%s: error %v, want %s", name, err, bothy.EINVALID)
+			}
+		}
+	})
+}
+
+func testValidate(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
+	p := newProvider(t)
+	ws := t.TempDir()
+	for name, spec := range map[string]bothy.LeaseSpec{
+		"no lease id":       {ComputerID: "c1", Generation: 1, Workspace: ws},
+		"generation 0":      {LeaseID: NewID("l"), ComputerID: "c1", Workspace: ws},
+		"relative dir":      {LeaseID: NewID("l"), ComputerID: "c1", Generation: 1, Workspace: "ws"},
+		"missing dir":       {LeaseID: NewID("l"), ComputerID: "c1", Generation: 1, Workspace: filepath.Join(ws, "missing")},
+		"negative limit":    {LeaseID: NewID("l"), ComputerID: "c1", Generation: 1, Workspace: ws, Limits: bothy.Limits{Pids: -1}},
+		"bad env name":      {LeaseID: NewID("l"), ComputerID: "c1", Generation: 1, Workspace: ws, Env: map[string]string{"A=B": "x"}},
+		"lease id with '/'": {LeaseID: "a/b", ComputerID: "c1", Generation: 1, Workspace: ws},
+	} {
+		if _, err := p.Start(context.Background(), spec); bothy.ErrorCode(err) != bothy.EINVALID {
+			t.Errorf("Start with %s: error %v, want %s", name, err, bothy.EINVALID)
+		}
+	}
+	h, _ := Start(t, p, bothy.LeaseSpec{})
+	for name, spec := range map[string]bothy.ExecSpec{
+		"nothing":          {},
+		"argv and script":  {Argv: []string{"true"}, Script: "true"},
+		"empty program":    {Argv: []string{""}},
+		"negative timeout": {Argv: []string{"true"}, Timeout: -1},
+		"bad env name":     {Argv: []string{"true"}, Env: map[string]string{"1X": "y"}},
+	} {
+		if _, err := p.Exec(context.Background(), h, spec); bothy.ErrorCode(err) != bothy.EINVALID {
+			t.Errorf("Exec with %s: error %v, want %s", name, err, bothy.EINVALID)
+		}
+	}
+}
+
+// Start starts a sandbox for spec, filling LeaseID, ComputerID, Generation
+// and Workspace (a new temporary directory) when they are empty, and stops
+// it when the test ends, failing the test if Stop reports residue. It
+// returns the handle and the workspace directory.
+func Start(t testing.TB, p bothy.Provider, spec bothy.LeaseSpec) (*bothy.SandboxHandle, string) {
+	t.Helper()
+	if spec.LeaseID == "" {
+		spec.LeaseID = NewID("lease")
+	}
+	if spec.ComputerID == "" {
+		spec.ComputerID = NewID("computer")
+	}
+	if spec.Generation == 0 {
+		spec.Generation = 1
+	}
+	if spec.Workspace == "" {
+		spec.Workspace = t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h, err := p.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if res, err := p.Stop(context.Background(), h); err != nil || !res.Empty() {
+			t.Errorf("Stop at cleanup: residue %+v, error %v", res, err)
+		}
+	})
+	return h, spec.Workspace
+}
+
+// Exec runs spec with a 30 s timeout unless it has one, failing the test
+// on an error, and returns the result and the output.
+func Exec(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, spec bothy.ExecSpec) (res *bothy.ExecResult, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	spec.Stdout, spec.Stderr = &out, &errOut
+	if spec.Timeout == 0 {
+		spec.Timeout = 30 * time.Second
+	}
+	res, err := p.Exec(context.Background(), h, spec)
+	if err != nil {
+		t.Fatalf("Exec %q%q: %v (stderr %q)", spec.Argv, spec.Script, err, errOut.String())
+	}
+	return res, out.String(), errOut.String()
+}
+
+func wantExit(t testing.TB, res *bothy.ExecResult, code int) {
+	t.Helper()
+	if res.ExitCode != code {
+		t.Fatalf("exit code %d, want %d (result %+v)", res.ExitCode, code, res)
+	}
+}
+
+// NewID returns a fresh identifier with the given prefix.
+func NewID(prefix string) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return prefix + "-" + hex.EncodeToString(b)
+}
+
+// Marker returns a unique duration for `sleep`, such as "300.123456", so
+// that a test can find the processes of its own command on the host.
+func Marker() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	n := uint64(b[0])<<24 | uint64(b[1])<<16 | uint64(b[2])<<8 | uint64(b[3])
+	return "300." + strconv.FormatUint(n%1000000000+1000000000, 10)
+}
+
+// Processes returns the host pids whose command line contains s.
+func Processes(s string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// WantNoProcess fails the test if a host process whose command line holds
+// marker is still alive half a second from now.
+func WantNoProcess(t testing.TB, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for {
+		pids := Processes(marker)
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of the command (marker %s) are still alive", pids, marker)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitProcess(t testing.TB, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for len(Processes(marker)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the command's process (marker %s) never appeared", marker)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
