@@ -81,5 +81,6 @@ type Store interface {
 	LeaseService
 	CommandService
 	EventService
+	TokenService
 	Close() error
 }

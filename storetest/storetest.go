@@ -45,6 +45,7 @@ func TestStore(t *testing.T, open func(t *testing.T) bothy.Store) {
 	testLeases(t, newStore)
 	testCommands(t, newStore)
 	testEvents(t, newStore)
+	testTokens(t, newStore)
 }
 
 // run runs f as a parallel subtest.

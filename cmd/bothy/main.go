@@ -1,7 +1,8 @@
-// Command bothy is the one binary of bothy. Until the server exists it works
-// on a data directory directly: it checkpoints a directory into a computer's
-// workspace, restores revisions, lists and diffs them, reads and writes a cold
-// workspace's files, collects garbage, and runs the storage benchmark.
+// Command bothy is the one binary of bothy. "bothy serve" runs the API server
+// (package http), and "bothy admin" makes its tokens; the other verbs work on
+// a data directory directly: they checkpoint a directory into a computer's
+// workspace, restore revisions, list and diff them, read and write a cold
+// workspace's files, collect garbage, and run the storage benchmark.
 package main
 
 import (
@@ -21,6 +22,10 @@ const usage = `bothy: durable computers for AI agents
 usage: bothy COMMAND [flags] [args]
 
 commands:
+  serve [--listen ADDR]     run the API server (first start: creates DATA/admin.token, prints BOTHY_URL and BOTHY_TOKEN)
+  admin token create --owner O [--scopes a,b] [--expires D]
+                            print a new API token of --tenant (created if missing)
+  admin token revoke ID     revoke a token of --tenant
   demo                      run the quick-start job: checkpoint, edit, checkpoint, restore, verify
   checkpoint -c ID DIR      commit DIR as the computer's next revision (creates the computer)
   restore -c ID [-r N] DIR  restore revision N (default: current) into DIR, which must be empty
@@ -62,6 +67,8 @@ func run(ctx context.Context, args []string) error {
 		return nil
 	}
 	cmds := map[string]func(context.Context, []string) error{
+		"serve":      runServe,
+		"admin":      runAdmin,
 		"demo":       runDemo,
 		"checkpoint": runCheckpoint,
 		"restore":    runRestore,

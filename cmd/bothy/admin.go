@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/bothyhq/bothy"
+)
+
+// defaultScopes are the scopes of a new token unless --scopes says otherwise:
+// everything but admin.
+var defaultScopes = []string{bothy.ScopeComputersRead, bothy.ScopeComputersWrite, bothy.ScopeFilesRead, bothy.ScopeFilesWrite}
+
+const adminUsage = `usage:
+  bothy admin token create --tenant T --owner O [--scopes a,b] [--expires D] [--json]
+  bothy admin token revoke --tenant T TOKEN_ID
+scopes: ` + "computers:read, computers:write, files:read, files:write, admin"
+
+// runAdmin runs operator verbs against the store directly, not through the
+// server: they work before any token exists.
+func runAdmin(ctx context.Context, args []string) error {
+	if len(args) < 2 || args[0] != "token" {
+		return bothy.Errorf(bothy.EINVALID, "%s", adminUsage)
+	}
+	switch args[1] {
+	case "create":
+		return runTokenCreate(ctx, args[2:])
+	case "revoke":
+		return runTokenRevoke(ctx, args[2:])
+	}
+	return bothy.Errorf(bothy.EINVALID, "%s", adminUsage)
+}
+
+func runTokenCreate(ctx context.Context, args []string) error {
+	var cfg config
+	fs := flag.NewFlagSet("admin token create", flag.ContinueOnError)
+	owner := fs.String("owner", "", "owner the token acts for (required)")
+	scopes := fs.String("scopes", strings.Join(defaultScopes, ","), "comma-separated scopes")
+	expires := fs.Duration("expires", 0, "lifetime, such as 720h (default: never expires)")
+	asJSON := fs.Bool("json", false, "print the token as JSON")
+	args, err := parseFlags(fs, &cfg, args)
+	if err != nil {
+		return err
+	} else if len(args) != 0 || *owner == "" || *expires < 0 {
+		return bothy.Errorf(bothy.EINVALID, "%s", adminUsage)
+	}
+	var list []string
+	for _, s := range strings.Split(*scopes, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			list = append(list, s)
+		}
+	}
+	if err := bothy.ValidateScopes(list); err != nil {
+		return err
+	}
+	var at time.Time
+	if *expires > 0 {
+		at = time.Now().Add(*expires)
+	}
+	// openEnv creates the tenant if it is missing.
+	e, err := openEnv(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	tok, secret, err := e.store.CreateToken(ctx, e.tenant.ID, *owner, list, at)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			*bothy.Token
+			Secret string `json:"token"`
+		}{tok, secret})
+	}
+	fmt.Fprintf(os.Stderr, "created token %s for tenant %s, owner %s, scopes %s\n", tok.ID, tok.TenantID, tok.Owner, strings.Join(tok.Scopes, ","))
+	fmt.Println(secret)
+	return nil
+}
+
+func runTokenRevoke(ctx context.Context, args []string) error {
+	var cfg config
+	fs := flag.NewFlagSet("admin token revoke", flag.ContinueOnError)
+	args, err := parseFlags(fs, &cfg, args)
+	if err != nil {
+		return err
+	} else if len(args) != 1 {
+		return bothy.Errorf(bothy.EINVALID, "%s", adminUsage)
+	}
+	e, err := openEnv(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	if err := e.store.RevokeToken(ctx, e.tenant.ID, args[0]); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "revoked token %s\n", args[0])
+	return nil
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	nethttp "net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/bothyhq/bothy"
+	bhttp "github.com/bothyhq/bothy/http"
+	"github.com/bothyhq/bothy/workspace"
+)
+
+// shutdownGrace is how long a stopping server lets requests finish.
+const shutdownGrace = 10 * time.Second
+
+func runServe(ctx context.Context, args []string) error {
+	var cfg config
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
+	debug := fs.Bool("debug", false, "log every request")
+	args, err := parseFlags(fs, &cfg, args)
+	if err != nil {
+		return err
+	} else if len(args) != 0 {
+		return bothy.Errorf(bothy.EINVALID, "usage: bothy serve [--data DIR] [--listen ADDR] [--store URL] [--blobs URL]")
+	}
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	e, err := openEnv(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	tokenPath := filepath.Join(cfg.data, "admin.token")
+	secret, created, err := e.adminToken(ctx, tokenPath, log)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	url := "http://" + displayAddr(ln.Addr())
+	fmt.Printf("export BOTHY_URL=%s\n", url)
+	if created {
+		fmt.Printf("export BOTHY_TOKEN=%s\n", secret)
+	} else {
+		fmt.Printf("export BOTHY_TOKEN=\"$(cat '%s')\"\n", strings.ReplaceAll(tokenPath, "'", `'\''`))
+	}
+
+	files := workspace.New(e.store, e.blobs, workspace.Options{})
+	srv := &nethttp.Server{
+		Handler:           bhttp.NewServer(e.store, files, bhttp.Options{Logger: log}),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("bothy serve started", "url", url, "data", cfg.data, "tenant", e.tenant.ID)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("bothy serve stopping")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, nethttp.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("bothy serve stopped")
+	return nil
+}
+
+// adminToken returns the admin token kept at path, creating it (and the
+// file, mode 0600) when the file is missing or its token no longer
+// resolves to an admin of the environment's tenant. created reports a new
+// token, whose secret the caller shows once.
+func (e *env) adminToken(ctx context.Context, path string, log *slog.Logger) (secret string, created bool, err error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		secret = strings.TrimSpace(string(b))
+		p, err := e.store.ResolveToken(ctx, secret)
+		if err == nil && p.TenantID == e.tenant.ID && p.Can(bothy.ScopeAdmin) {
+			return secret, false, nil
+		} else if err != nil && bothy.ErrorCode(err) != bothy.EUNAUTHORIZED {
+			return "", false, fmt.Errorf("check admin token: %w", err)
+		}
+		log.Warn("admin token file holds no valid admin token; replacing it", "path", path)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", false, fmt.Errorf("read admin token: %w", err)
+	}
+	_, secret, err = e.store.CreateToken(ctx, e.tenant.ID, "admin", []string{bothy.ScopeAdmin}, time.Time{})
+	if err != nil {
+		return "", false, fmt.Errorf("create admin token: %w", err)
+	}
+	if err := writeSecret(path, secret); err != nil {
+		return "", false, err
+	}
+	return secret, true, nil
+}
+
+// writeSecret replaces the file at path with secret, mode 0600, atomically.
+func writeSecret(path, secret string) error {
+	tmp := path + ".tmp"
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("write admin token: %w", err)
+	}
+	_, err = f.WriteString(secret + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write admin token: %w", err)
+	}
+	return nil
+}
+
+// displayAddr returns a dialable form of a listening address: an
+// unspecified host (0.0.0.0, ::) becomes the loopback address.
+func displayAddr(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	if tcp.IP == nil || tcp.IP.IsUnspecified() {
+		return net.JoinHostPort("127.0.0.1", fmt.Sprint(tcp.Port))
+	}
+	return tcp.String()
+}

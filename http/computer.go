@@ -1,0 +1,163 @@
+package http
+
+import (
+	nethttp "net/http"
+	"slices"
+	"time"
+
+	"github.com/bothyhq/bothy"
+)
+
+// Computer is a computer as the API shows it. Every field is always present.
+type Computer struct {
+	ID             string    `json:"id"`
+	Owner          string    `json:"owner"`
+	ConversationID string    `json:"conversation_id"`
+	Label          string    `json:"label"`
+	Profile        string    `json:"profile"`
+	State          string    `json:"state"`
+	Generation     int64     `json:"generation"`
+	Revision       int64     `json:"revision"`
+	RootDigest     string    `json:"root_digest"`
+	CreatedAt      time.Time `json:"created_at"`
+	UpdatedAt      time.Time `json:"updated_at"`
+}
+
+func newComputer(c *bothy.Computer) *Computer {
+	return &Computer{
+		ID: c.ID, Owner: c.Owner, ConversationID: c.ConversationID, Label: c.Label, Profile: c.Profile,
+		State: c.State, Generation: c.Generation, Revision: c.Revision, RootDigest: c.RootDigest,
+		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
+	}
+}
+
+// CreateComputerRequest is the body of POST /v1/computers.
+type CreateComputerRequest struct {
+	Profile        string `json:"profile,omitempty"` // default "standard"
+	Label          string `json:"label,omitempty"`
+	ConversationID string `json:"conversation_id,omitempty"`
+}
+
+// ComputerList is the body of a computer listing.
+type ComputerList struct {
+	Computers []*Computer `json:"computers"`
+}
+
+// RevisionList is the body of a revision listing, newest first.
+type RevisionList struct {
+	Revisions []*bothy.Revision `json:"revisions"`
+}
+
+func (s *Server) handleCreateComputer(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
+	var req CreateComputerRequest
+	if err := readJSON(w, r, s.opts.MaxJSONSize, &req); err != nil {
+		return err
+	}
+	if req.Profile == "" {
+		req.Profile = "standard"
+	}
+	if !slices.Contains(s.opts.Profiles, req.Profile) {
+		return bothy.Errorf(bothy.EINVALID, "unknown profile %q", req.Profile)
+	}
+	c := &bothy.Computer{
+		ID: newID("cmp_"), TenantID: p.TenantID, Owner: p.Owner, Profile: req.Profile,
+		Label: req.Label, ConversationID: req.ConversationID, State: bothy.StateCold,
+	}
+	if err := s.store.CreateComputer(r.Context(), c); err != nil {
+		return err
+	}
+	writeJSON(w, nethttp.StatusCreated, newComputer(c))
+	return nil
+}
+
+func (s *Server) handleListComputers(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
+	q := r.URL.Query()
+	f := bothy.ComputerFilter{ConversationID: q.Get("conversation_id"), Label: q.Get("label"), State: q.Get("state")}
+	if f.State != "" && !bothy.ValidState(f.State) {
+		return bothy.Errorf(bothy.EINVALID, "unknown state %q", f.State)
+	}
+	var err error
+	if f.Offset, err = queryInt(r, "offset"); err != nil {
+		return err
+	} else if f.Limit, err = queryInt(r, "limit"); err != nil {
+		return err
+	}
+	cs, err := s.store.ListComputers(r.Context(), p.TenantID, f)
+	if err != nil {
+		return err
+	}
+	list := ComputerList{Computers: []*Computer{}}
+	for _, c := range cs {
+		list.Computers = append(list.Computers, newComputer(c))
+	}
+	writeJSON(w, nethttp.StatusOK, list)
+	return nil
+}
+
+func (s *Server) handleGetComputer(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
+	c, err := s.store.FindComputer(r.Context(), p.TenantID, r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, nethttp.StatusOK, newComputer(c))
+	return nil
+}
+
+// handleStopComputer stops a computer. Without runtimes every computer is
+// cold, so stopping returns it unchanged; a destroyed one is ECONFLICT.
+func (s *Server) handleStopComputer(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
+	c, err := s.store.FindComputer(r.Context(), p.TenantID, r.PathValue("id"))
+	if err != nil {
+		return err
+	} else if c.State == bothy.StateDestroyed {
+		return bothy.Errorf(bothy.ECONFLICT, "computer %q is destroyed", c.ID)
+	}
+	writeJSON(w, nethttp.StatusOK, newComputer(c))
+	return nil
+}
+
+// handleDestroyComputer marks a computer destroyed: its files answer
+// not_found from then on, and destroying it again returns it as is. Its
+// packs are left to garbage collection.
+func (s *Server) handleDestroyComputer(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
+	ctx, id := r.Context(), r.PathValue("id")
+	c, err := s.store.FindComputer(ctx, p.TenantID, id)
+	if err != nil {
+		return err
+	}
+	if c.State != bothy.StateDestroyed {
+		if err := s.store.SetComputerState(ctx, p.TenantID, id, bothy.StateDestroyed); err != nil {
+			return err
+		}
+		if c, err = s.store.FindComputer(ctx, p.TenantID, id); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, nethttp.StatusOK, newComputer(c))
+	return nil
+}
+
+func (s *Server) handleListRevisions(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
+	ctx, id := r.Context(), r.PathValue("id")
+	// The store lists nothing for a missing computer; the API says 404.
+	if _, err := s.store.FindComputer(ctx, p.TenantID, id); err != nil {
+		return err
+	}
+	offset, err := queryInt(r, "offset")
+	if err != nil {
+		return err
+	}
+	limit, err := queryInt(r, "limit")
+	if err != nil {
+		return err
+	}
+	revs, err := s.store.ListRevisions(ctx, p.TenantID, id, offset, limit)
+	if err != nil {
+		return err
+	}
+	if revs == nil {
+		revs = []*bothy.Revision{}
+	}
+	writeJSON(w, nethttp.StatusOK, RevisionList{Revisions: revs})
+	return nil
+}

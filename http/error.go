@@ -1,0 +1,122 @@
+package http
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	nethttp "net/http"
+	"strconv"
+
+	"github.com/bothyhq/bothy"
+)
+
+// statuses maps domain error codes to HTTP statuses. This package is the only
+// place that does. not_directory, is_directory and not_empty are 409: the
+// request is well formed, but the workspace's present state refuses it.
+var statuses = map[string]int{
+	bothy.EINVALID:      nethttp.StatusBadRequest,
+	bothy.EINVALIDPATH:  nethttp.StatusBadRequest,
+	bothy.EUNAUTHORIZED: nethttp.StatusUnauthorized,
+	bothy.EFORBIDDEN:    nethttp.StatusForbidden,
+	bothy.ENOTFOUND:     nethttp.StatusNotFound,
+	bothy.ECONFLICT:     nethttp.StatusConflict,
+	bothy.ENOTDIR:       nethttp.StatusConflict,
+	bothy.EISDIR:        nethttp.StatusConflict,
+	bothy.ENOTEMPTY:     nethttp.StatusConflict,
+	bothy.ETOOLARGE:     nethttp.StatusRequestEntityTooLarge,
+	bothy.ECORRUPT:      nethttp.StatusInternalServerError,
+	bothy.EINTERNAL:     nethttp.StatusInternalServerError,
+}
+
+// errorResponse is the body of every error: {"error": {"code", "message"}}.
+type errorResponse struct {
+	Error errorBody `json:"error"`
+}
+
+type errorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeError writes err as JSON with its status. Internal errors are logged
+// here, at the edge, and shown to the caller only as "internal error".
+func (s *Server) writeError(w nethttp.ResponseWriter, r *nethttp.Request, err error) {
+	code := bothy.ErrorCode(err)
+	status, ok := statuses[code]
+	if !ok {
+		status = nethttp.StatusInternalServerError
+	}
+	if status == nethttp.StatusInternalServerError {
+		s.log.Error("http request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
+	}
+	if code == bothy.EUNAUTHORIZED {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="bothy"`)
+	}
+	writeJSON(w, status, errorResponse{errorBody{Code: code, Message: bothy.ErrorMessage(err)}})
+}
+
+// writeJSON writes v as the JSON body of a response with status.
+func writeJSON(w nethttp.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+}
+
+// readJSON decodes the body of r, at most max bytes, into v. Unknown fields
+// are refused, so that a misspelt option is an error rather than ignored.
+func readJSON(w nethttp.ResponseWriter, r *nethttp.Request, max int64, v any) error {
+	if r.ContentLength > max {
+		return bothy.Errorf(bothy.ETOOLARGE, "request body is over %d bytes", max)
+	}
+	dec := json.NewDecoder(nethttp.MaxBytesReader(w, r.Body, max))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if e := tooLarge(err); e != nil {
+			return e
+		} else if errors.Is(err, io.EOF) {
+			return bothy.Errorf(bothy.EINVALID, "request body is empty; want a JSON object")
+		}
+		return bothy.Errorf(bothy.EINVALID, "request body: %s", err.Error())
+	}
+	if dec.More() {
+		return bothy.Errorf(bothy.EINVALID, "request body holds more than one JSON value")
+	}
+	return nil
+}
+
+// tooLarge returns ETOOLARGE if err comes from a MaxBytesReader, else nil.
+func tooLarge(err error) error {
+	var mb *nethttp.MaxBytesError
+	if errors.As(err, &mb) {
+		return bothy.Errorf(bothy.ETOOLARGE, "request body is over %d bytes", mb.Limit)
+	}
+	return nil
+}
+
+// queryInt parses an optional non-negative integer query parameter.
+func queryInt(r *nethttp.Request, name string) (int, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, bothy.Errorf(bothy.EINVALID, "query parameter %s must be a non-negative integer", name)
+	}
+	return n, nil
+}
+
+// queryBool parses an optional boolean query parameter: 1, true, 0, false.
+func queryBool(r *nethttp.Request, name string) (bool, error) {
+	v := r.URL.Query().Get(name)
+	if v == "" {
+		return false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, bothy.Errorf(bothy.EINVALID, "query parameter %s must be true or false", name)
+	}
+	return b, nil
+}

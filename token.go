@@ -1,0 +1,98 @@
+package bothy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Scopes a token may carry. A request needs the scope of its route; admin
+// holds every scope.
+const (
+	ScopeComputersRead  = "computers:read"  // get and list computers and their revisions
+	ScopeComputersWrite = "computers:write" // create, stop and destroy computers
+	ScopeFilesRead      = "files:read"      // read, stat, list, glob and grep files
+	ScopeFilesWrite     = "files:write"     // write, mkdir, rm, rename, symlink, chmod and batches
+	ScopeAdmin          = "admin"           // everything, including operator routes
+)
+
+// AllScopes lists every scope, in documentation order.
+var AllScopes = []string{ScopeComputersRead, ScopeComputersWrite, ScopeFilesRead, ScopeFilesWrite, ScopeAdmin}
+
+// TokenPrefix starts every token secret, so that a leaked secret is easy to
+// recognise by secret scanners.
+const TokenPrefix = "bothy_"
+
+// Principal is who a request acts for: a resolved token.
+type Principal struct {
+	TenantID string   `json:"tenant_id"`
+	Owner    string   `json:"owner"`
+	Scopes   []string `json:"scopes"`
+	TokenID  string   `json:"token_id,omitempty"`
+}
+
+// Can reports whether the principal holds scope, directly or through admin.
+func (p *Principal) Can(scope string) bool {
+	return p != nil && (slices.Contains(p.Scopes, scope) || slices.Contains(p.Scopes, ScopeAdmin))
+}
+
+// Token is the stored record of an API token. The secret itself is never
+// stored: only its SHA-256 digest (TokenDigest).
+type Token struct {
+	ID        string    `json:"id"`
+	TenantID  string    `json:"tenant_id"`
+	Owner     string    `json:"owner"`
+	Scopes    []string  `json:"scopes"`
+	CreatedAt time.Time `json:"created_at"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"` // zero: never
+	RevokedAt time.Time `json:"revoked_at,omitzero"` // zero: not revoked
+}
+
+// ValidateScopes reports whether scopes is a non-empty list of known scopes.
+func ValidateScopes(scopes []string) error {
+	if len(scopes) == 0 {
+		return Errorf(EINVALID, "a token needs at least one scope")
+	}
+	for _, s := range scopes {
+		if !slices.Contains(AllScopes, s) {
+			return Errorf(EINVALID, "unknown scope %q; known scopes: %s", s, strings.Join(AllScopes, ", "))
+		}
+	}
+	return nil
+}
+
+// NewTokenSecret returns a new secret: TokenPrefix and 32 random bytes in
+// unpadded base64url.
+func NewTokenSecret() string {
+	b := make([]byte, 32)
+	rand.Read(b) // never fails on supported platforms
+	return TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// TokenDigest returns the hex SHA-256 digest under which a secret is stored.
+// A plain hash suffices: the secret carries 256 random bits, so it cannot be
+// guessed from the digest.
+func TokenDigest(secret string) string {
+	d := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(d[:])
+}
+
+// TokenService stores API tokens.
+type TokenService interface {
+	// CreateToken stores a new token of the tenant and returns it with its
+	// secret, which is shown this once and never stored. scopes must be
+	// known (ValidateScopes); a zero expiresAt means the token never
+	// expires. A missing tenant is ENOTFOUND.
+	CreateToken(ctx context.Context, tenantID, owner string, scopes []string, expiresAt time.Time) (*Token, string, error)
+	// ResolveToken returns the principal of a secret. An unknown, expired
+	// or revoked secret is EUNAUTHORIZED, and the message does not say which.
+	ResolveToken(ctx context.Context, secret string) (*Principal, error)
+	// RevokeToken revokes a token of the tenant; revoking it again is not an
+	// error. A missing token, or one of another tenant, is ENOTFOUND.
+	RevokeToken(ctx context.Context, tenantID, id string) error
+}
