@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,8 +11,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
-	"sync"
+	"strconv"
 	"syscall"
+	"unsafe"
 
 	"github.com/bothyhq/bothy"
 	"golang.org/x/sys/unix"
@@ -26,13 +28,16 @@ type RestoreOptions struct {
 	Workers int
 }
 
-// restoreFile is a regular file being written.
+// restoreFile is a regular file being written. Only the writer of its
+// shard touches it once the data flows.
 type restoreFile struct {
 	path    string
 	entry   *Entry
-	mu      sync.Mutex
-	f       *os.File
+	idx     int // position in walk order
+	shard   int
+	fd      int // -1 unless open
 	pending int // chunks still to write
+	key     statKey
 }
 
 type chunkTarget struct {
@@ -40,10 +45,18 @@ type chunkTarget struct {
 	off  int64
 }
 
+// blobTargets are the places one blob goes, and the writer shards they
+// belong to (a bit per shard).
+type blobTargets struct {
+	list   []chunkTarget
+	shards uint32
+}
+
 // frameRead is one frame to fetch and the blobs needed from it.
 type frameRead struct {
 	e     *packEntry // any entry of the frame
 	blobs []*packEntry
+	first int // earliest walk position of a file it feeds
 }
 
 // segment is a contiguous range of one pack, read with one request.
@@ -51,7 +64,14 @@ type segment struct {
 	table    *packTable
 	off, end int64
 	frames   []*frameRead
+	first    int
 }
+
+// restoreShards is the number of file writers. Each owns whole directories:
+// on ext4 here, creating files in distinct directories from 4 threads was
+// measured 2.5x faster than from one (one create costs ~90 µs of system
+// time), while several writers in one directory contend on its lock.
+const restoreShards = 4
 
 // Restore writes the snapshot into dir, which must be empty or missing.
 // Packs are read in parallel (adjacent frames coalesced into one ranged
@@ -62,12 +82,15 @@ func (s *Snapshot) Restore(ctx context.Context, dir string, opts RestoreOptions)
 	}
 	var (
 		files   []*restoreFile
-		targets = map[Hash][]chunkTarget{}
+		targets = map[Hash]*blobTargets{}
 		dirs    []string
 		modes   []fs.FileMode
+		ndirs   int
 	)
-	var walk func(h Hash, path string) error
-	walk = func(h Hash, path string) error {
+	wantKey := opts.StatCache != ""
+	umask := currentUmask(dir)
+	var walk func(h Hash, path string, shard int) error
+	walk = func(h Hash, path string, shard int) error {
 		t, err := s.Tree(ctx, h)
 		if err != nil {
 			return err
@@ -80,8 +103,9 @@ func (s *Snapshot) Restore(ctx context.Context, dir string, opts RestoreOptions)
 				if err := os.Mkdir(p, 0o700); err != nil {
 					return err
 				}
+				ndirs++
 				dirs, modes = append(dirs, p), append(modes, e.Mode)
-				if err := walk(e.Tree, p); err != nil {
+				if err := walk(e.Tree, p, ndirs%restoreShards); err != nil {
 					return err
 				}
 			case TypeSymlink:
@@ -92,24 +116,33 @@ func (s *Snapshot) Restore(ctx context.Context, dir string, opts RestoreOptions)
 					return err
 				}
 			case TypeFile:
-				rf := &restoreFile{path: p, entry: e, pending: len(e.Chunks)}
+				rf := &restoreFile{path: p, entry: e, idx: len(files), shard: shard, fd: -1, pending: len(e.Chunks)}
 				files = append(files, rf)
 				if len(e.Chunks) == 0 {
-					if err := rf.finish(nil); err != nil {
+					if err := rf.create(umask); err != nil {
+						return err
+					}
+					if err := rf.finish(umask, wantKey); err != nil {
 						return err
 					}
 					continue
 				}
 				var off int64
 				for _, c := range e.Chunks {
-					targets[c.Hash] = append(targets[c.Hash], chunkTarget{rf, off})
+					bt := targets[c.Hash]
+					if bt == nil {
+						bt = &blobTargets{}
+						targets[c.Hash] = bt
+					}
+					bt.list = append(bt.list, chunkTarget{rf, off})
+					bt.shards |= 1 << shard
 					off += c.Size
 				}
 			}
 		}
 		return nil
 	}
-	if err := walk(s.root, dir); err != nil {
+	if err := walk(s.root, dir, 0); err != nil {
 		return fmt.Errorf("restore %s: %w", dir, err)
 	}
 	segs, err := s.plan(targets)
@@ -120,41 +153,55 @@ func (s *Snapshot) Restore(ctx context.Context, dir string, opts RestoreOptions)
 	if workers <= 0 {
 		workers = max(4, 2*runtime.GOMAXPROCS(0))
 	}
-	// Several workers fetch, decode and verify; one goroutine creates and
-	// writes files, because concurrent file creation in the same
-	// directories contends in the filesystem (measured: 3x slower with 4).
-	writes := make(chan blobWrite, 64)
-	werr := make(chan error, 1)
-	go func() {
-		var err error
-		for w := range writes {
-			if err != nil {
-				continue
-			}
-			for _, t := range targets[w.hash] {
-				if err = t.file.write(w.data, t.off); err != nil {
-					break
+	// Several workers fetch, decode and verify segments, taken in about
+	// walk order; restoreShards writers create and write the files, each
+	// owning whole directories.
+	var chans [restoreShards]chan blobWrite
+	werr := make(chan error, restoreShards)
+	for i := range chans {
+		chans[i] = make(chan blobWrite, 64)
+		go func(shard int, writes <-chan blobWrite) {
+			var err error
+			for w := range writes {
+				if err != nil {
+					continue
+				}
+				for _, t := range targets[w.hash].list {
+					if t.file.shard != shard {
+						continue
+					}
+					if err = t.file.write(w.data, t.off, umask, wantKey); err != nil {
+						break
+					}
 				}
 			}
-		}
-		werr <- err
-	}()
+			werr <- err
+		}(i, chans[i])
+	}
 	err = parallel(ctx, len(segs), workers, func(ctx context.Context, i int) error {
-		return s.restoreSegment(ctx, segs[i], writes)
+		return s.restoreSegment(ctx, segs[i], targets, &chans)
 	})
-	close(writes)
-	if e := <-werr; err == nil {
-		err = e
+	for _, c := range chans {
+		close(c)
+	}
+	for range chans {
+		if e := <-werr; err == nil {
+			err = e
+		}
 	}
 	if err != nil {
 		for _, rf := range files {
-			if rf.f != nil {
-				rf.f.Close()
+			if rf.fd >= 0 {
+				syscall.Close(rf.fd)
+				rf.fd = -1
 			}
 		}
 		return fmt.Errorf("restore %s: %w", dir, err)
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
+		if modes[i] == 0o700 {
+			continue
+		}
 		if err := os.Chmod(dirs[i], modes[i]); err != nil {
 			return fmt.Errorf("restore %s: %w", dir, err)
 		}
@@ -162,18 +209,41 @@ func (s *Snapshot) Restore(ctx context.Context, dir string, opts RestoreOptions)
 	if opts.StatCache != "" {
 		entries := make([]cacheEntry, 0, len(files))
 		for _, rf := range files {
-			var st syscall.Stat_t
-			if err := syscall.Lstat(rf.path, &st); err != nil {
-				return fmt.Errorf("restore %s: stat cache: %w", dir, err)
-			}
 			rel, _ := filepath.Rel(dir, rf.path)
-			entries = append(entries, cacheEntry{path: filepath.ToSlash(rel), key: statKeyOf(&st), chunks: rf.entry.Chunks})
+			entries = append(entries, cacheEntry{path: filepath.ToSlash(rel), key: rf.key, chunks: rf.entry.Chunks})
 		}
 		if err := writeStatCache(opts.StatCache, s.repo.cacheID(), s.root, entries); err != nil {
 			return fmt.Errorf("restore %s: %w", dir, err)
 		}
 	}
 	return nil
+}
+
+// currentUmask returns the process umask, read from /proc so that it is
+// never changed (umask is process wide). It returns 0o777, which makes every
+// file get an explicit fchmod, when it cannot tell, or when dir has a default
+// ACL (which replaces the umask for new files).
+func currentUmask(dir string) uint32 {
+	if _, err := unix.Getxattr(dir, "system.posix_acl_default", nil); err == nil || !errors.Is(err, unix.ENODATA) {
+		return 0o777
+	}
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0o777
+	}
+	i := bytes.Index(b, []byte("\nUmask:"))
+	if i < 0 {
+		return 0o777
+	}
+	line := b[i+len("\nUmask:"):]
+	if j := bytes.IndexByte(line, '\n'); j >= 0 {
+		line = line[:j]
+	}
+	v, err := strconv.ParseUint(string(bytes.TrimSpace(line)), 8, 32)
+	if err != nil {
+		return 0o777
+	}
+	return uint32(v)
 }
 
 func prepareDir(dir string) error {
@@ -195,15 +265,16 @@ func prepareDir(dir string) error {
 	return nil
 }
 
-// plan groups the needed chunks by pack and frame and coalesces nearby
-// frames into segments of at most a few MiB.
-func (s *Snapshot) plan(targets map[Hash][]chunkTarget) ([]*segment, error) {
+// plan groups the needed chunks by pack and frame, coalesces nearby frames
+// into segments of at most a few MiB, and orders the segments by the first
+// file they feed, so files are created about in walk order.
+func (s *Snapshot) plan(targets map[Hash]*blobTargets) ([]*segment, error) {
 	type fk struct {
 		t   *packTable
 		off int64
 	}
 	frames := map[fk]*frameRead{}
-	for h := range targets {
+	for h, bt := range targets {
 		loc, ok := s.index[h]
 		if !ok {
 			return nil, bothy.Errorf(bothy.ECORRUPT, "chunk %s is in none of the snapshot's packs", h)
@@ -212,10 +283,13 @@ func (s *Snapshot) plan(targets map[Hash][]chunkTarget) ([]*segment, error) {
 		k := fk{loc.table, e.frameOff}
 		fr := frames[k]
 		if fr == nil {
-			fr = &frameRead{e: e}
+			fr = &frameRead{e: e, first: int(^uint(0) >> 1)}
 			frames[k] = fr
 		}
 		fr.blobs = append(fr.blobs, e)
+		for _, t := range bt.list {
+			fr.first = min(fr.first, t.file.idx)
+		}
 	}
 	list := make([]*frameRead, 0, len(frames))
 	tables := map[*packEntry]*packTable{}
@@ -238,14 +312,14 @@ func (s *Snapshot) plan(targets map[Hash][]chunkTarget) ([]*segment, error) {
 		end := fr.e.frameOff + fr.e.frameLen
 		if cur != nil && cur.table == t && fr.e.frameOff-cur.end <= maxGap && end-cur.off <= maxSeg {
 			cur.end = end
+			cur.first = min(cur.first, fr.first)
 		} else {
-			cur = &segment{table: t, off: fr.e.frameOff, end: end}
+			cur = &segment{table: t, off: fr.e.frameOff, end: end, first: fr.first}
 			segs = append(segs, cur)
 		}
 		cur.frames = append(cur.frames, fr)
 	}
-	// Big segments first keeps the workers busy to the end.
-	sort.SliceStable(segs, func(i, j int) bool { return segs[i].end-segs[i].off > segs[j].end-segs[j].off })
+	sort.SliceStable(segs, func(i, j int) bool { return segs[i].first < segs[j].first })
 	return segs, nil
 }
 
@@ -255,7 +329,7 @@ type blobWrite struct {
 	data []byte
 }
 
-func (s *Snapshot) restoreSegment(ctx context.Context, seg *segment, writes chan<- blobWrite) error {
+func (s *Snapshot) restoreSegment(ctx context.Context, seg *segment, targets map[Hash]*blobTargets, chans *[restoreShards]chan blobWrite) error {
 	name := seg.table.name
 	raw, err := s.repo.readRange(ctx, packKey(s.repo.tenantID, name), seg.off, seg.end-seg.off)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -277,80 +351,93 @@ func (s *Snapshot) restoreSegment(ctx context.Context, seg *segment, writes chan
 			if s.repo.Hash(b) != e.hash {
 				return corruptf(e.hash, name, "hash mismatch")
 			}
-			select {
-			case writes <- blobWrite{e.hash, b}:
-			case <-ctx.Done():
-				return ctx.Err()
+			for sh, m := 0, targets[e.hash].shards; m != 0; sh, m = sh+1, m>>1 {
+				if m&1 == 0 {
+					continue
+				}
+				select {
+				case chans[sh] <- blobWrite{e.hash, b}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 			}
 		}
 	}
 	return nil
 }
 
-// write stores one chunk of the file and finishes the file after its last.
-func (rf *restoreFile) write(b []byte, off int64) error {
-	rf.mu.Lock()
-	defer rf.mu.Unlock()
-	if len(rf.entry.Chunks) == 1 {
-		rf.pending = 0
-		return rf.finish(b)
+// create opens the new file with its final permission bits when the umask
+// leaves them alone (finish then skips the fchmod).
+func (rf *restoreFile) create(umask uint32) error {
+	fd, err := syscall.Open(rf.path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, uint32(rf.entry.Mode.Perm()))
+	if err != nil {
+		return &os.PathError{Op: "create", Path: rf.path, Err: err}
 	}
-	if rf.f == nil {
-		f, err := os.OpenFile(rf.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
+	rf.fd = fd
+	return nil
+}
+
+// write stores one chunk of the file at off and finishes the file after
+// its last chunk.
+func (rf *restoreFile) write(b []byte, off int64, umask uint32, wantKey bool) error {
+	if rf.fd < 0 {
+		if err := rf.create(umask); err != nil {
 			return err
 		}
-		rf.f = f
 	}
-	if _, err := rf.f.WriteAt(b, off); err != nil {
-		return err
+	for len(b) > 0 {
+		n, err := syscall.Pwrite(rf.fd, b, off)
+		if err == syscall.EINTR {
+			continue
+		} else if err != nil {
+			return &os.PathError{Op: "write", Path: rf.path, Err: err}
+		} else if n == 0 {
+			return &os.PathError{Op: "write", Path: rf.path, Err: io.ErrShortWrite}
+		}
+		b, off = b[n:], off+int64(n)
 	}
 	rf.pending--
 	if rf.pending == 0 {
-		return rf.finish(nil)
+		return rf.finish(umask, wantKey)
 	}
 	return nil
 }
 
-// finish writes content (if not already written through rf.f), sets the
-// mode and mtime and closes the file. Single-chunk files use raw system
-// calls, which skip os.File's poller registration.
-func (rf *restoreFile) finish(content []byte) error {
-	if f := rf.f; f != nil {
-		rf.f = nil
-		err := f.Chmod(rf.entry.Mode)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
-	} else {
-		fd, err := syscall.Open(rf.path, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL|syscall.O_CLOEXEC|syscall.O_NOFOLLOW, 0o600)
-		if err != nil {
-			return &os.PathError{Op: "create", Path: rf.path, Err: err}
-		}
-		for len(content) > 0 && err == nil {
-			var n int
-			n, err = syscall.Write(fd, content)
-			if err == syscall.EINTR {
-				err = nil
-			}
-			content = content[n:]
-		}
-		if err == nil {
-			err = syscall.Fchmod(fd, uint32(rf.entry.Mode))
-		}
-		if cerr := syscall.Close(fd); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return &os.PathError{Op: "write", Path: rf.path, Err: err}
+// finish sets the mode (only when open could not) and the mtime through the
+// open descriptor, records the final stat when wanted, and closes the file.
+func (rf *restoreFile) finish(umask uint32, wantKey bool) error {
+	fd := rf.fd
+	rf.fd = -1
+	perm := uint32(rf.entry.Mode.Perm())
+	var err error
+	if perm&umask != 0 {
+		err = syscall.Fchmod(fd, perm)
+	}
+	if err == nil {
+		err = futimens(fd, rf.entry.ModTime)
+	}
+	if err == nil && wantKey {
+		var st syscall.Stat_t
+		if err = syscall.Fstat(fd, &st); err == nil {
+			rf.key = statKeyOf(&st)
 		}
 	}
-	ts := []unix.Timespec{unix.NsecToTimespec(rf.entry.ModTime), unix.NsecToTimespec(rf.entry.ModTime)}
-	if err := unix.UtimesNanoAt(unix.AT_FDCWD, rf.path, ts, 0); err != nil {
-		return &os.PathError{Op: "utimes", Path: rf.path, Err: err}
+	if cerr := syscall.Close(fd); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return &os.PathError{Op: "finish", Path: rf.path, Err: err}
+	}
+	return nil
+}
+
+// futimens sets the atime and mtime of an open file (utimensat with a NULL
+// path, as the C library's futimens does).
+func futimens(fd int, ns int64) error {
+	ts := [2]unix.Timespec{unix.NsecToTimespec(ns), unix.NsecToTimespec(ns)}
+	_, _, errno := syscall.Syscall6(unix.SYS_UTIMENSAT, uintptr(fd), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0)
+	if errno != 0 {
+		return errno
 	}
 	return nil
 }

@@ -248,9 +248,26 @@ func (p *packer) emit(ctx context.Context, f *frame) error {
 	return nil
 }
 
+// probeSize is how much of a large frame is compressed first to tell
+// whether the whole is worth compressing.
+const probeSize = 64 << 10
+
 func compressWorker(work <-chan *frame) {
 	enc, _ := codecs()
+	probe := make([]byte, 0, probeSize+probeSize/8)
 	for f := range work {
+		// A frame of one large blob whose first 64 KiB do not compress
+		// (random data, media, archives) is stored raw without compressing
+		// the rest. The decision depends on the bytes only, so packs stay
+		// deterministic.
+		if len(f.raw) >= largeBlobSize {
+			probe = enc.EncodeAll(f.raw[:probeSize], probe[:0])
+			if len(probe) >= probeSize-probeSize/64 {
+				f.out = f.raw
+				close(f.done)
+				continue
+			}
+		}
 		out := enc.EncodeAll(f.raw, make([]byte, 0, len(f.raw)/2+64))
 		if len(out) < len(f.raw)-len(f.raw)/64 {
 			f.out, f.zstd = out, true
