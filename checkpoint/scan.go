@@ -7,10 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"golang.org/x/sys/unix"
 )
 
 // CheckpointOptions configures Repo.Checkpoint.
@@ -34,6 +37,7 @@ type Result struct {
 
 // scanNode is one directory during a checkpoint.
 type scanNode struct {
+	path    string // the directory on the host
 	rel     string // slash path relative to the checkpoint root, "" for the root
 	entries []Entry
 	stats   []statKey   // per entry, for the stat cache (files only)
@@ -90,9 +94,19 @@ func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opt
 	order := make(chan *fileJob, 64*workers)
 	for i := 0; i < workers; i++ {
 		go func() {
-			buf := make([]byte, 2*MaxChunkSize)
+			// The 8 MiB chunking buffer comes from a pool, and only once a
+			// worker has a file to read: an incremental checkpoint reads a
+			// handful of files, and zeroing a fresh buffer per worker cost
+			// more than its whole scan of unchanged files.
+			var bp *[]byte
 			for j := range jobs {
-				r.readFile(ctx, j, buf)
+				if bp == nil {
+					bp = chunkBufPool.Get().(*[]byte)
+				}
+				r.readFile(ctx, j, *bp)
+			}
+			if bp != nil {
+				chunkBufPool.Put(bp)
 			}
 		}()
 	}
@@ -123,8 +137,15 @@ func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opt
 		}
 		seqDone <- serr
 	}()
-	sc := &scanner{ctx: ctx, cache: cache, jobs: jobs, order: order, racy: start.Add(-racyWindow).UnixNano()}
+	// Walk with a few goroutines (stat is most of an incremental checkpoint,
+	// and two walkers took it from ~190 to ~120 ms on 50,000 files here),
+	// then queue the files in walk order, so packs stay deterministic.
+	sc := &scanner{ctx: ctx, cache: cache, jobs: jobs, order: order, racy: start.Add(-racyWindow).UnixNano(),
+		par: make(chan struct{}, 3)}
 	root, werr := sc.walk(dir, "", 0o755)
+	if werr == nil {
+		werr = sc.queue(root)
+	}
 	close(jobs)
 	close(order)
 	serr := <-seqDone
@@ -135,7 +156,7 @@ func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opt
 		w.p.finish(context.Background())
 		return nil, fmt.Errorf("checkpoint %s: %w", dir, werr)
 	}
-	st.Files, st.Dirs, st.Symlinks, st.Skipped = sc.files, sc.dirs, sc.symlinks, sc.skipped
+	st.Files, st.Dirs, st.Symlinks, st.Skipped = sc.files.Load(), sc.dirs.Load(), sc.symlinks.Load(), sc.skipped.Load()
 
 	// Trees, bottom-up in walk order.
 	res := &Result{}
@@ -231,6 +252,12 @@ func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opt
 	return res, nil
 }
 
+// chunkBufPool holds the buffers that file readers chunk into.
+var chunkBufPool = sync.Pool{New: func() any {
+	b := make([]byte, 2*MaxChunkSize)
+	return &b
+}}
+
 // racyWindow covers the coarse granularity of file timestamps: a file whose
 // mtime or ctime is this close to the scan start may change again without a
 // visible stat change, so it is not put in the stat cache.
@@ -248,7 +275,8 @@ type scanner struct {
 	cache                          *statCache
 	jobs, order                    chan *fileJob
 	racy                           int64
-	files, dirs, symlinks, skipped int64
+	par                            chan struct{} // slots for walking subdirectories concurrently
+	files, dirs, symlinks, skipped atomic.Int64
 }
 
 // walk reads directory path (rel from the root) and queues its files.
@@ -256,17 +284,20 @@ func (sc *scanner) walk(path, rel string, mode fs.FileMode) (*scanNode, error) {
 	if err := sc.ctx.Err(); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(path)
+	// Stat names relative to the open directory: a path lookup per file
+	// through every parent was a third of an incremental checkpoint.
+	dfd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	f := os.NewFile(uintptr(dfd), path)
+	defer f.Close()
 	names, err := f.Readdirnames(-1)
-	f.Close()
 	if err != nil {
 		return nil, err
 	}
 	sortStrings(names)
-	n := &scanNode{rel: rel, entries: make([]Entry, 0, len(names)), stats: make([]statKey, 0, len(names))}
+	n := &scanNode{path: path, rel: rel, entries: make([]Entry, 0, len(names)), stats: make([]statKey, 0, len(names))}
 	type sub struct {
 		path, rel string
 		mode      fs.FileMode
@@ -274,25 +305,28 @@ func (sc *scanner) walk(path, rel string, mode fs.FileMode) (*scanNode, error) {
 	var subs []sub
 	for _, name := range names {
 		p := path + "/" + name
-		var st syscall.Stat_t
-		if err := syscall.Lstat(p, &st); err != nil {
-			if os.IsNotExist(err) {
+		var ust unix.Stat_t
+		if err := unix.Fstatat(dfd, name, &ust, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			if err == unix.ENOENT {
 				continue // removed while we scan
 			}
 			return nil, &os.PathError{Op: "lstat", Path: p, Err: err}
 		}
+		st := syscall.Stat_t{Mode: ust.Mode, Size: ust.Size, Ino: ust.Ino,
+			Mtim: syscall.Timespec{Sec: ust.Mtim.Sec, Nsec: ust.Mtim.Nsec},
+			Ctim: syscall.Timespec{Sec: ust.Ctim.Sec, Nsec: ust.Ctim.Nsec}}
 		key := statKeyOf(&st)
 		perm := fs.FileMode(st.Mode & 0o777)
 		switch st.Mode & syscall.S_IFMT {
 		case syscall.S_IFREG:
-			sc.files++
+			sc.files.Add(1)
 			n.entries = append(n.entries, Entry{Name: name, Type: TypeFile, Mode: perm, ModTime: key.mtime})
 			if key.mtime >= sc.racy || key.ctime >= sc.racy {
 				key.size = -1 // racy: read now, never trusted later
 			}
 			n.stats = append(n.stats, key)
 		case syscall.S_IFDIR:
-			sc.dirs++
+			sc.dirs.Add(1)
 			n.entries = append(n.entries, Entry{Name: name, Type: TypeDir, Mode: perm})
 			n.stats = append(n.stats, statKey{size: -1})
 			n.dirIdx = append(n.dirIdx, len(n.entries)-1)
@@ -303,49 +337,86 @@ func (sc *scanner) walk(path, rel string, mode fs.FileMode) (*scanNode, error) {
 				return nil, err
 			}
 			if target == "" || len(target) > MaxTargetLen {
-				sc.skipped++
+				sc.skipped.Add(1)
 				continue
 			}
-			sc.symlinks++
+			sc.symlinks.Add(1)
 			n.entries = append(n.entries, Entry{Name: name, Type: TypeSymlink, Mode: perm,
 				ModTime: key.mtime, Size: int64(len(target)), Target: target})
 			n.stats = append(n.stats, statKey{size: -1})
 		default:
-			sc.skipped++
+			sc.skipped.Add(1)
 		}
 	}
-	// Entries are final now; queue the files, whose entries the sequencer fills.
+	n.subdirs = make([]*scanNode, len(subs))
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	for i, s := range subs {
+		i, s := i, s
+		walkSub := func() {
+			c, err := sc.walk(s.path, s.rel, s.mode)
+			mu.Lock()
+			n.subdirs[i] = c
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			mu.Unlock()
+		}
+		select {
+		case sc.par <- struct{}{}:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				walkSub()
+				<-sc.par
+			}()
+		default:
+			walkSub()
+		}
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return n, nil
+}
+
+// queue sends the files of n and its subdirectories, in walk order, to be
+// read, except those the stat cache vouches for; the sequencer fills their
+// entries.
+func (sc *scanner) queue(n *scanNode) error {
 	for i := range n.entries {
 		e := &n.entries[i]
 		if e.Type != TypeFile {
 			continue
 		}
 		key := n.stats[i]
-		if c, ok := sc.cache.lookup(joinRel(rel, e.Name), key); ok {
+		if c, ok := sc.cache.lookup(joinRel(n.rel, e.Name), key); ok {
 			e.Chunks, e.Size = c, key.size
 			continue
 		}
-		j := &fileJob{path: path + "/" + e.Name, entry: e, chunks: make(chan chunkData, 4)}
+		j := &fileJob{path: n.path + "/" + e.Name, entry: e, chunks: make(chan chunkData, 4)}
 		select {
 		case sc.order <- j:
 		case <-sc.ctx.Done():
-			return nil, sc.ctx.Err()
+			return sc.ctx.Err()
 		}
 		select {
 		case sc.jobs <- j:
 		case <-sc.ctx.Done():
 			close(j.chunks)
-			return nil, sc.ctx.Err()
+			return sc.ctx.Err()
 		}
 	}
-	for _, s := range subs {
-		c, err := sc.walk(s.path, s.rel, s.mode)
-		if err != nil {
-			return nil, err
+	for _, c := range n.subdirs {
+		if err := sc.queue(c); err != nil {
+			return err
 		}
-		n.subdirs = append(n.subdirs, c)
 	}
-	return n, nil
+	return nil
 }
 
 // readFile reads, chunks and hashes one file, sending chunks in order. It

@@ -286,7 +286,14 @@ func (p *packer) assemble() {
 		<-f.done
 		off := int64(len(p.pack))
 		if p.pack == nil {
-			p.pack = make([]byte, 0, TargetPackSize+MaxChunkSize+1<<20)
+			// Small first: most incremental checkpoints write one small pack.
+			p.pack = make([]byte, 0, 1<<20)
+		}
+		if len(p.pack)+len(f.out) > cap(p.pack) {
+			// Then straight to a whole pack, so the bytes are copied once.
+			grown := make([]byte, len(p.pack), max(TargetPackSize+MaxChunkSize+1<<20, len(p.pack)+len(f.out)))
+			copy(grown, p.pack)
+			p.pack = grown
 		}
 		p.pack = append(p.pack, f.out...)
 		for _, e := range f.blobs {
