@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"syscall"
 	"time"
 
 	"github.com/bothyhq/bothy"
@@ -89,9 +88,10 @@ func RunStorage(ctx context.Context, opts StorageOptions) (*StorageReport, error
 
 	// Each contender runs right after its baseline (ABAB…), so a drift in
 	// the machine's speed hits both alike. Every run writes a new directory
-	// and nothing is deleted until the phase ends: freeing 50,000 inodes
-	// keeps ext4 busy in the background for seconds, and would slow
-	// whichever run came next.
+	// and nothing is deleted until the whole benchmark ends: on this ext4,
+	// creating a file skips inode slots freed in the last minutes
+	// (recently_deleted), so any deletion would slow whichever runs came
+	// next, unevenly.
 	archive := filepath.Join(work, "base.tar.zst")
 	tarCmd := fmt.Sprintf("tar -C %q -cf - . | zstd --fast -q -f -o %q", src, archive)
 	var env *storageEnv
@@ -124,11 +124,6 @@ func RunStorage(ctx context.Context, opts StorageOptions) (*StorageReport, error
 	if rep.StoredSize, err = dirSize(filepath.Join(env.dir, "blobs")); err != nil {
 		return nil, err
 	}
-	for _, e := range envs[:len(envs)-1] {
-		e.close()
-		os.RemoveAll(e.dir)
-	}
-	envs = envs[len(envs)-1:]
 
 	// Cold restores: a new repository handle each time, so nothing is cached
 	// in memory; the baseline extracts the archive.
@@ -151,11 +146,6 @@ func RunStorage(ctx context.Context, opts StorageOptions) (*StorageReport, error
 	if err := shell(fmt.Sprintf("diff -r --no-dereference %q %q", src, filepath.Join(work, "restore0"))); err != nil {
 		return nil, fmt.Errorf("restored tree differs from the source: %w", err)
 	}
-	for i := 0; i < opts.Runs; i++ {
-		os.RemoveAll(filepath.Join(work, fmt.Sprintf("untar%d", i)))
-		os.RemoveAll(filepath.Join(work, fmt.Sprintf("restore%d", i)))
-	}
-	syscall.Sync()
 
 	// Incremental checkpoints after a few edits each.
 	runs, err := timeRuns(opts.Runs, p, fmt.Sprintf("bothy incremental (%d edits)", opts.Edits),
@@ -255,13 +245,6 @@ func (e *storageEnv) restore(ctx context.Context, dst string) error {
 		return err
 	}
 	return snap.Restore(ctx, dst, checkpoint.RestoreOptions{})
-}
-
-func fresh(dir string) error {
-	if err := os.RemoveAll(dir); err != nil {
-		return err
-	}
-	return os.MkdirAll(dir, 0o755)
 }
 
 func dirSize(dir string) (int64, error) {
