@@ -1,0 +1,335 @@
+package supervisor
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/bothyhq/bothy"
+)
+
+// Record kinds, as stored in a journal. The accept record is always first
+// and has seq 0; every other record is an event of the command.
+const (
+	kindAccept    byte = 0
+	kindStdout    byte = 1
+	kindStderr    byte = 2
+	kindExit      byte = 3
+	kindState     byte = 4
+	kindTruncated byte = 5
+)
+
+var kindNames = map[byte]string{
+	kindStdout: bothy.EventStdout, kindStderr: bothy.EventStderr, kindExit: bothy.EventExit,
+	kindState: bothy.EventState, kindTruncated: bothy.EventTruncated,
+}
+
+const (
+	frameSize = 8  // payload length u32, CRC-32C of the payload u32
+	headSize  = 17 // seq u64, unix nanoseconds i64, kind u8: the start of every payload
+	// maxChunk is the most output bytes one record holds; bigger writes are split.
+	maxChunk = 64 << 10
+	// maxPayload bounds a payload on reading, so a corrupt length cannot make
+	// the reader allocate without bound. The accept record is the biggest.
+	maxPayload = headSize + 4<<20
+)
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// record is one framed journal record.
+type record struct {
+	Seq  int64
+	Time time.Time
+	Kind byte
+	Data []byte
+}
+
+func (r *record) encode() []byte {
+	b := make([]byte, frameSize+headSize+len(r.Data))
+	p := b[frameSize:]
+	binary.LittleEndian.PutUint64(p[0:], uint64(r.Seq))
+	binary.LittleEndian.PutUint64(p[8:], uint64(r.Time.UnixNano()))
+	p[16] = r.Kind
+	copy(p[headSize:], r.Data)
+	binary.LittleEndian.PutUint32(b[0:], uint32(len(p)))
+	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(p, crcTable))
+	return b
+}
+
+// event returns r as a domain event of command id.
+func (r *record) event(id string) *bothy.Event {
+	e := &bothy.Event{CommandID: id, Seq: r.Seq, Kind: kindNames[r.Kind], CreatedAt: r.Time}
+	switch r.Kind {
+	case kindStdout, kindStderr:
+		e.Data = r.Data
+	default:
+		e.Fields = string(r.Data)
+	}
+	return e
+}
+
+var errTorn = errors.New("torn or corrupt record")
+
+// readRecord reads the record at off from r, which holds size good bytes.
+// Of a record whose seq is at most after (and not 0) it reads only the
+// head, to skip over it cheaply, and returns it without data. It returns the record and its length.
+func readRecord(r io.ReaderAt, off, size, after int64) (*record, int64, error) {
+	var hdr [frameSize + headSize]byte
+	if size-off < int64(len(hdr)) {
+		return nil, 0, errTorn
+	}
+	if _, err := r.ReadAt(hdr[:], off); err != nil {
+		return nil, 0, err
+	}
+	n := int64(binary.LittleEndian.Uint32(hdr[0:]))
+	if n < headSize || n > maxPayload || off+frameSize+n > size {
+		return nil, 0, errTorn
+	}
+	rec := &record{
+		Seq:  int64(binary.LittleEndian.Uint64(hdr[frameSize:])),
+		Time: time.Unix(0, int64(binary.LittleEndian.Uint64(hdr[frameSize+8:]))),
+		Kind: hdr[frameSize+16],
+	}
+	if rec.Seq <= after && rec.Seq > 0 {
+		return rec, frameSize + n, nil // skipped: not verified, it was on open
+	}
+	p := make([]byte, n)
+	if _, err := r.ReadAt(p, off+frameSize); err != nil {
+		return nil, 0, err
+	}
+	if crc32.Checksum(p, crcTable) != binary.LittleEndian.Uint32(hdr[4:]) {
+		return nil, 0, errTorn
+	}
+	rec.Data = p[headSize:]
+	return rec, frameSize + n, nil
+}
+
+// journal is the append-only record file of one command. Seqs are
+// assigned here, in order across stdout and stderr. Writers and the size
+// readers may read up to are guarded by mu; readers use their own file.
+type journal struct {
+	id     string
+	path   string
+	retain int64
+
+	mu        sync.Mutex
+	f         *os.File // nil once the command has ended
+	size      int64    // bytes of whole records
+	lastSeq   int64
+	retained  int64 // output bytes kept
+	dropped   int64 // output bytes dropped after the truncated event
+	truncated bool
+	terminal  *record // the exit or final state record; nil while running
+	spec      []byte  // the accept record's data
+	dirty     bool    // written since the last fsync
+	notify    chan struct{}
+	werr      error // the first write error, logged once
+}
+
+func journalPath(dir, id string) string { return filepath.Join(dir, id+".journal") }
+
+// createJournal creates the journal of a new command and makes its accept
+// record durable (the file and its directory entry are fsynced) before it
+// returns, so that a command is never started without a trace on disk.
+func createJournal(dir, id string, spec []byte, retain int64) (*journal, error) {
+	path := journalPath(dir, id)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("create journal: %w", err)
+	}
+	b := (&record{Time: time.Now(), Kind: kindAccept, Data: spec}).encode()
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("write accept record: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sync journal: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return &journal{id: id, path: path, retain: retain, f: f, size: int64(len(b)), spec: spec, notify: make(chan struct{})}, nil
+}
+
+// openJournal reads an existing journal, verifies every record and cuts a
+// torn or corrupt tail off at the last good record. A journal whose accept
+// record is not whole is an error: the command never durably existed.
+func openJournal(dir, id string, retain int64) (*journal, error) {
+	path := journalPath(dir, id)
+	f, err := os.OpenFile(path, os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open journal: %w", err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat journal: %w", err)
+	}
+	j := &journal{id: id, path: path, retain: retain, f: f, notify: make(chan struct{})}
+	end := fi.Size()
+	var off int64
+	for off < end {
+		rec, n, err := readRecord(f, off, end, -1)
+		if errors.Is(err, errTorn) {
+			break
+		} else if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("read journal: %w", err)
+		}
+		if off == 0 {
+			if rec.Kind != kindAccept {
+				break
+			}
+			j.spec = rec.Data
+		} else if rec.Seq != j.lastSeq+1 || rec.Kind == kindAccept || j.terminal != nil {
+			break // out of order: treat as a torn tail
+		} else {
+			j.lastSeq = rec.Seq
+			switch rec.Kind {
+			case kindStdout, kindStderr:
+				j.retained += int64(len(rec.Data))
+			case kindTruncated:
+				j.truncated = true
+			case kindExit, kindState:
+				j.terminal = rec
+			}
+		}
+		off += n
+	}
+	if off == 0 {
+		f.Close()
+		return nil, bothy.Errorf(bothy.ECORRUPT, "journal %s has no whole accept record", path)
+	}
+	if off < end {
+		if err := f.Truncate(off); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("truncate torn journal tail: %w", err)
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("sync journal: %w", err)
+		}
+	}
+	j.size = off
+	if j.terminal != nil {
+		f.Close()
+		j.f = nil
+	}
+	return j, nil
+}
+
+// appendLocked writes one record; mu is held.
+func (j *journal) appendLocked(kind byte, data []byte) error {
+	if j.f == nil {
+		return fmt.Errorf("journal %s is closed", j.id)
+	}
+	rec := &record{Seq: j.lastSeq + 1, Time: time.Now(), Kind: kind, Data: data}
+	b := rec.encode()
+	if _, err := j.f.WriteAt(b, j.size); err != nil {
+		j.f.Truncate(j.size) // drop a partial record; reopen would too
+		return fmt.Errorf("append to journal: %w", err)
+	}
+	j.size += int64(len(b))
+	j.lastSeq = rec.Seq
+	j.dirty = true
+	close(j.notify)
+	j.notify = make(chan struct{})
+	return nil
+}
+
+// output appends command output, split into chunks, up to the retention
+// bound; there it appends one truncated event and drops the rest.
+func (j *journal) output(kind byte, p []byte) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.terminal != nil || j.f == nil {
+		return nil
+	}
+	if j.truncated {
+		j.dropped += int64(len(p))
+		return nil
+	}
+	keep := p
+	if rest := j.retain - j.retained; int64(len(p)) > rest {
+		keep = p[:max(rest, 0)]
+	}
+	for rest := keep; len(rest) > 0; {
+		n := min(len(rest), maxChunk)
+		if err := j.appendLocked(kind, rest[:n]); err != nil {
+			return err
+		}
+		j.retained += int64(n)
+		rest = rest[n:]
+	}
+	if len(keep) < len(p) {
+		j.truncated = true
+		j.dropped += int64(len(p) - len(keep))
+		fields := fmt.Sprintf(`{"retained_bytes":%d}`, j.retained)
+		return j.appendLocked(kindTruncated, []byte(fields))
+	}
+	return nil
+}
+
+// finish appends the terminal record, fsyncs the journal and closes it.
+func (j *journal) finish(kind byte, data []byte) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.terminal != nil {
+		return nil
+	}
+	if err := j.appendLocked(kind, data); err != nil {
+		return err
+	}
+	err := j.f.Sync()
+	j.terminal = &record{Seq: j.lastSeq, Kind: kind, Data: data}
+	j.f.Close()
+	j.f = nil
+	j.dirty = false
+	if err != nil {
+		return fmt.Errorf("sync journal: %w", err)
+	}
+	return nil
+}
+
+// sync fsyncs output written since the last sync.
+func (j *journal) sync() error {
+	j.mu.Lock()
+	f, dirty := j.f, j.dirty
+	j.dirty = false
+	j.mu.Unlock()
+	if f == nil || !dirty {
+		return nil
+	}
+	if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+		return fmt.Errorf("sync journal %s: %w", j.id, err)
+	}
+	return nil
+}
+
+// snapshot returns how far readers may read, whether the command has
+// ended, and a channel closed at the next append.
+func (j *journal) snapshot() (size int64, done bool, notify <-chan struct{}) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.size, j.terminal != nil, j.notify
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open journal directory: %w", err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync journal directory: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,525 @@
+// Package supervisor is the per-lease supervisor: a process, detached from
+// the agent, that runs a lease's commands through a bothy.Provider,
+// journals their events on local disk before anyone reads them, and
+// answers over a unix socket, so that a crash of the agent or of the
+// control plane loses no output and never runs a command twice. See
+// docs/supervisor.md for the protocol, the journal format and the states
+// after each kind of crash.
+package supervisor
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/bothyhq/bothy"
+)
+
+// Defaults of Config.
+const (
+	DefaultRetainBytes  = 16 << 20
+	DefaultSyncInterval = 100 * time.Millisecond
+)
+
+// TokenEnv is set in every command's environment to the lease directory's
+// token, so that a restarted supervisor can find and kill the processes
+// that the dead one left behind.
+const TokenEnv = "BOTHY_SUPERVISOR_TOKEN"
+
+// Config configures Serve.
+type Config struct {
+	// Dir is the lease's supervisor directory: the journals, the lock, the
+	// token and, by default, the socket live in it.
+	Dir string
+	// Socket is the unix socket path; "" is SocketPath(Dir).
+	Socket string
+	// Provider runs the commands, in the sandbox of Handle.
+	Provider bothy.Provider
+	// Handle is the encoded sandbox handle (SandboxHandle.Encode) that the
+	// supervisor gives to Provider.Recover at start.
+	Handle []byte
+	// RetainBytes bounds the output kept per command; zero is
+	// DefaultRetainBytes.
+	RetainBytes int64
+	// SyncInterval is how often written output is fsynced; zero is
+	// DefaultSyncInterval.
+	SyncInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// SocketPath returns the default socket path of a supervisor directory.
+func SocketPath(dir string) string { return filepath.Join(dir, "supervisor.sock") }
+
+type server struct {
+	cfg     Config
+	log     *slog.Logger
+	h       *bothy.SandboxHandle
+	cmdDir  string
+	token   string
+	runCtx  context.Context // parent of every command's context
+	stopRun context.CancelFunc
+
+	mu       sync.Mutex
+	cmds     map[string]*command
+	stopping bool
+	runs     sync.WaitGroup
+	shutdown chan struct{}
+	once     sync.Once
+}
+
+type command struct {
+	j         *journal
+	cancel    context.CancelFunc // nil once ended
+	cancelled bool               // under server.mu
+}
+
+// Serve runs a supervisor until ctx is done or a client asks it to shut
+// down; either way it first cancels the running commands and journals
+// their exit. At start it takes an exclusive lock on Dir (a second
+// supervisor on the same directory fails), kills processes left behind by
+// a previous supervisor of Dir, and marks every command that has no
+// terminal record as lost: such a command is never run again.
+func Serve(ctx context.Context, cfg Config) error {
+	if cfg.Socket == "" {
+		cfg.Socket = SocketPath(cfg.Dir)
+	}
+	if cfg.RetainBytes <= 0 {
+		cfg.RetainBytes = DefaultRetainBytes
+	}
+	if cfg.SyncInterval <= 0 {
+		cfg.SyncInterval = DefaultSyncInterval
+	}
+	s := &server{cfg: cfg, log: cfg.Logger, cmdDir: filepath.Join(cfg.Dir, "commands"), cmds: make(map[string]*command), shutdown: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if err := os.MkdirAll(s.cmdDir, 0o700); err != nil {
+		return fmt.Errorf("create supervisor directory: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(cfg.Dir, "supervisor.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open lock: %w", err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return bothy.Errorf(bothy.ECONFLICT, "another supervisor holds %s", cfg.Dir)
+	}
+	if s.token, err = readToken(cfg.Dir); err != nil {
+		return err
+	}
+	if s.h, err = cfg.Provider.Recover(ctx, cfg.Handle); err != nil {
+		return fmt.Errorf("recover sandbox: %w", err)
+	}
+	if n := killTokenProcesses(s.token); n > 0 {
+		s.log.Warn("killed processes left by a previous supervisor", "count", n)
+	}
+	if err := s.load(); err != nil {
+		return err
+	}
+	os.Remove(cfg.Socket)
+	ln, err := net.Listen("unix", cfg.Socket)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if err := os.Chmod(cfg.Socket, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("chmod socket: %w", err)
+	}
+	s.runCtx, s.stopRun = context.WithCancel(context.Background())
+	defer s.stopRun()
+	srvCtx, stopSrv := context.WithCancel(context.Background())
+	var conns sync.WaitGroup
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				stop := context.AfterFunc(srvCtx, func() { conn.Close() })
+				defer stop()
+				s.handle(srvCtx, conn)
+			}()
+		}
+	}()
+	go s.flush(srvCtx)
+	s.log.Info("supervisor serving", "socket", cfg.Socket, "lease", s.h.LeaseID, "pid", os.Getpid())
+
+	select {
+	case <-ctx.Done():
+	case <-s.shutdown:
+	}
+	s.mu.Lock()
+	s.stopping = true
+	for _, c := range s.cmds {
+		if c.cancel != nil {
+			c.cancelled = true
+			c.cancel()
+		}
+	}
+	s.mu.Unlock()
+	s.runs.Wait() // every run journals its exit; the provider bounds the kill
+	ln.Close()
+	os.Remove(cfg.Socket)
+	stopSrv()
+	conns.Wait()
+	s.log.Info("supervisor stopped")
+	return nil
+}
+
+// load opens every journal of Dir and ends those without a terminal record.
+func (s *server) load() error {
+	entries, err := os.ReadDir(s.cmdDir)
+	if err != nil {
+		return fmt.Errorf("read journals: %w", err)
+	}
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".journal")
+		if !ok {
+			continue
+		}
+		j, err := openJournal(s.cmdDir, id, s.cfg.RetainBytes)
+		if err != nil {
+			// A journal without a whole accept record was never acknowledged
+			// to anyone, and its command never started.
+			s.log.Error("unreadable journal", "command", id, "err", err)
+			continue
+		}
+		if j.terminal == nil {
+			b, _ := json.Marshal(finalState{State: StateLost, Reason: "the supervisor died while the command ran; its processes were killed"})
+			if err := j.finish(kindState, b); err != nil {
+				return fmt.Errorf("mark command %s lost: %w", id, err)
+			}
+			s.log.Warn("command lost with the previous supervisor", "command", id)
+		}
+		s.cmds[id] = &command{j: j}
+	}
+	return nil
+}
+
+// flush fsyncs running commands' output every SyncInterval.
+func (s *server) flush(ctx context.Context) {
+	t := time.NewTicker(s.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		var js []*journal
+		for _, c := range s.cmds {
+			if c.cancel != nil {
+				js = append(js, c.j)
+			}
+		}
+		s.mu.Unlock()
+		for _, j := range js {
+			if err := j.sync(); err != nil {
+				s.log.Error("sync journal", "err", err)
+			}
+		}
+	}
+}
+
+func (s *server) handle(ctx context.Context, conn net.Conn) {
+	defer conn.Close()
+	line, err := bufio.NewReaderSize(io.LimitReader(conn, 4*MaxStdin), 64<<10).ReadBytes('\n')
+	if err != nil {
+		return
+	}
+	w := bufio.NewWriterSize(conn, 64<<10)
+	reply := func(resp *Response) error {
+		b, _ := json.Marshal(resp)
+		w.Write(append(b, '\n'))
+		return w.Flush()
+	}
+	var req Request
+	if err := json.Unmarshal(line, &req); err != nil {
+		reply(&Response{Error: bothy.Errorf(bothy.EINVALID, "malformed request: %v", err)})
+		return
+	}
+	if req.Op != OpHello && req.Op != OpShutdown {
+		if err := bothy.ValidateID("command id", req.CommandID); err != nil {
+			reply(&Response{Error: err.(*bothy.Error)})
+			return
+		}
+	}
+	var resp Response
+	switch req.Op {
+	case OpHello:
+		resp.Lease = s.h.LeaseID
+	case OpRun:
+		resp.Status, err = s.run(req.CommandID, &req.RunSpec)
+	case OpStatus:
+		resp.Status = s.status(req.CommandID, false)
+	case OpAck:
+		err = s.ack(req.CommandID, req.Seq)
+	case OpCancel:
+		resp.Status, err = s.cancel(req.CommandID)
+	case OpShutdown:
+		s.once.Do(func() { close(s.shutdown) })
+	case OpEvents:
+		c := s.lookup(req.CommandID)
+		if c == nil {
+			reply(&Response{Error: bothy.Errorf(bothy.ENOTFOUND, "command %s was never seen", req.CommandID)})
+			return
+		}
+		if reply(&Response{}) != nil {
+			return
+		}
+		if err := s.stream(ctx, c.j, req.After, w); err != nil && ctx.Err() == nil {
+			s.log.Debug("event stream ended", "command", req.CommandID, "err", err)
+		}
+		return
+	default:
+		err = bothy.Errorf(bothy.EINVALID, "unknown op %q", req.Op)
+	}
+	if err != nil {
+		var e *bothy.Error
+		if !errors.As(err, &e) {
+			s.log.Error("request failed", "op", req.Op, "err", err)
+			e = bothy.Errorf(bothy.EINTERNAL, "internal error")
+		}
+		resp = Response{Error: e}
+	}
+	reply(&resp)
+}
+
+func (s *server) lookup(id string) *command {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmds[id]
+}
+
+// run accepts a command: its accept record is durable before its process
+// starts, and a command id already journaled is never started again.
+func (s *server) run(id string, rs *RunSpec) (*Status, error) {
+	spec, err := rs.execSpec()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if _, ok := s.cmds[id]; ok {
+		s.mu.Unlock()
+		return s.status(id, true), nil
+	}
+	if s.stopping {
+		s.mu.Unlock()
+		return nil, bothy.Errorf(bothy.ECONFLICT, "the supervisor is shutting down")
+	}
+	b, _ := json.Marshal(rs)
+	// Held across the fsync so that two Runs of one id cannot both start.
+	j, err := createJournal(s.cmdDir, id, b, s.cfg.RetainBytes)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(s.runCtx)
+	c := &command{j: j, cancel: cancel}
+	s.cmds[id] = c
+	s.runs.Add(1)
+	s.mu.Unlock()
+
+	spec.Stdin = bytes.NewReader(rs.Stdin)
+	spec.Stdout = &output{s: s, j: j, kind: kindStdout}
+	spec.Stderr = &output{s: s, j: j, kind: kindStderr}
+	spec.Env = make(map[string]string, len(rs.Env)+1)
+	for k, v := range rs.Env {
+		spec.Env[k] = v
+	}
+	spec.Env[TokenEnv] = s.token
+	go s.exec(ctx, c, spec)
+	return s.status(id, false), nil
+}
+
+func (s *server) exec(ctx context.Context, c *command, spec bothy.ExecSpec) {
+	defer s.runs.Done()
+	res, err := s.cfg.Provider.Exec(ctx, s.h, spec)
+	s.mu.Lock()
+	cancelled := c.cancelled
+	c.cancel()
+	c.cancel = nil
+	s.mu.Unlock()
+	kind, data := kindExit, []byte(nil)
+	if res != nil {
+		c.j.mu.Lock()
+		dropped := c.j.dropped
+		c.j.mu.Unlock()
+		data, _ = json.Marshal(Exit{ExecResult: *res, Cancelled: cancelled, DroppedBytes: dropped})
+	} else {
+		e := &bothy.Error{Code: bothy.ErrorCode(err), Message: bothy.ErrorMessage(err)}
+		if e.Code == bothy.EINTERNAL {
+			s.log.Error("exec", "command", c.j.id, "err", err)
+		}
+		kind, data = kindState, mustJSON(finalState{State: StateFailed, Error: e})
+	}
+	if err := c.j.finish(kind, data); err != nil {
+		s.log.Error("journal exit", "command", c.j.id, "err", err)
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// output is the writer of one stream of a command. It never fails, so
+// that the provider keeps draining the pipe; a journal error is logged.
+type output struct {
+	s    *server
+	j    *journal
+	kind byte
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	if err := o.j.output(o.kind, p); err != nil {
+		o.j.mu.Lock()
+		first := o.j.werr == nil
+		o.j.werr = err
+		o.j.mu.Unlock()
+		if first {
+			o.s.log.Error("journal output", "command", o.j.id, "err", err)
+		}
+	}
+	return len(p), nil
+}
+
+func (s *server) status(id string, existing bool) *Status {
+	c := s.lookup(id)
+	st := &Status{CommandID: id, State: StateNeverSeen}
+	if c == nil {
+		return st
+	}
+	st.Existing = existing
+	st.AckedSeq = readAck(s.cmdDir, id)
+	j := c.j
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	st.LastSeq, st.Truncated = j.lastSeq, j.truncated
+	switch t := j.terminal; {
+	case t == nil:
+		st.State = StateRunning
+	case t.Kind == kindExit:
+		st.State = StateFinished
+		st.Exit = new(Exit)
+		json.Unmarshal(t.Data, st.Exit)
+	default:
+		var f finalState
+		json.Unmarshal(t.Data, &f)
+		st.State, st.Error = f.State, f.Error
+	}
+	return st
+}
+
+func (s *server) cancel(id string) (*Status, error) {
+	s.mu.Lock()
+	c := s.cmds[id]
+	if c == nil {
+		s.mu.Unlock()
+		return nil, bothy.Errorf(bothy.ENOTFOUND, "command %s was never seen", id)
+	}
+	if c.cancel != nil {
+		c.cancelled = true
+		c.cancel()
+	}
+	s.mu.Unlock()
+	return s.status(id, false), nil
+}
+
+// ack records the highest acknowledged seq of a command, in a file beside
+// its journal. It is not fsynced: an ack lost in a crash only means events
+// are sent again, which the control plane deduplicates by seq.
+func (s *server) ack(id string, seq int64) error {
+	c := s.lookup(id)
+	if c == nil {
+		return bothy.Errorf(bothy.ENOTFOUND, "command %s was never seen", id)
+	}
+	c.j.mu.Lock()
+	last := c.j.lastSeq
+	c.j.mu.Unlock()
+	if seq < 0 || seq > last {
+		return bothy.Errorf(bothy.EINVALID, "ack %d is outside the command's events (last seq %d)", seq, last)
+	}
+	if seq <= readAck(s.cmdDir, id) {
+		return nil
+	}
+	path := filepath.Join(s.cmdDir, id+".ack")
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strconv.FormatInt(seq, 10)), 0o600); err != nil {
+		return fmt.Errorf("write ack: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write ack: %w", err)
+	}
+	return nil
+}
+
+func readAck(dir, id string) int64 {
+	b, err := os.ReadFile(filepath.Join(dir, id+".ack"))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(b), 10, 64)
+	return n
+}
+
+// stream writes the events after seq after from the journal file, then
+// follows the journal until its terminal record. It holds at most one
+// record in memory: a reader that does not keep up blocks its own
+// connection, while the command goes on appending to disk.
+func (s *server) stream(ctx context.Context, j *journal, after int64, w *bufio.Writer) error {
+	f, err := os.Open(j.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	enc := json.NewEncoder(w)
+	var off int64
+	for {
+		size, done, notify := j.snapshot()
+		for off < size {
+			rec, n, err := readRecord(f, off, size, after)
+			if err != nil {
+				return fmt.Errorf("read journal %s at %d: %w", j.id, off, err)
+			}
+			off += n
+			if rec.Kind == kindAccept || rec.Seq <= after {
+				continue
+			}
+			if err := enc.Encode(rec.event(j.id)); err != nil {
+				return err
+			}
+			if rec.Kind == kindExit || rec.Kind == kindState {
+				return w.Flush()
+			}
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-notify:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/bothyhq/bothy"
+)
+
+// HandleFile is the name of the encoded sandbox handle in a supervisor
+// directory, written by Init and read by Main.
+const HandleFile = "handle.json"
+
+// LogFile is the name of the supervisor's log in its directory.
+const LogFile = "supervisor.log"
+
+// Init prepares a supervisor directory for a lease: it creates dir (mode
+// 0700) and writes the sandbox handle that the supervisor will recover.
+// The agent calls it after Provider.Start and before Spawn.
+func Init(dir string, h *bothy.SandboxHandle) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create supervisor directory: %w", err)
+	}
+	b, err := h.Encode()
+	if err != nil {
+		return fmt.Errorf("encode handle: %w", err)
+	}
+	tmp := filepath.Join(dir, HandleFile+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("write handle: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, HandleFile)); err != nil {
+		return fmt.Errorf("write handle: %w", err)
+	}
+	return nil
+}
+
+// Spawn starts a supervisor for dir, detached from the caller: exe is run
+// with args followed by "-dir DIR" (for the bothy binary, args is
+// ["supervisor"]), in a new session and process group, with stdin from
+// /dev/null and stdout and stderr appended to DIR/supervisor.log, so that
+// neither the death of the caller nor a signal to the caller's process
+// group reaches it. Spawn returns once the supervisor answers on its
+// socket, with its pid and socket path.
+func Spawn(ctx context.Context, exe string, args []string, dir string) (int, string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return 0, "", fmt.Errorf("create supervisor directory: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, "", fmt.Errorf("open supervisor log: %w", err)
+	}
+	cmd := exec.Command(exe, append(append([]string(nil), args...), "-dir", dir)...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	logf.Close()
+	if err != nil {
+		return 0, "", fmt.Errorf("start supervisor: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }() // reaps it if it dies while we live
+
+	socket := SocketPath(dir)
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		c, err := Dial(ctx, socket)
+		if err == nil {
+			c.Close()
+			return cmd.Process.Pid, socket, nil
+		}
+		select {
+		case <-exited:
+			return 0, "", fmt.Errorf("supervisor exited at start (%s): see %s", cmd.ProcessState, filepath.Join(dir, LogFile))
+		case <-ctx.Done():
+			cmd.Process.Kill()
+			return 0, "", ctx.Err()
+		case <-deadline.C:
+			cmd.Process.Kill()
+			return 0, "", fmt.Errorf("supervisor did not answer on %s: %w", socket, err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Main runs a supervisor process: `-dir DIR [-socket PATH] [-handle FILE]
+// [-retain BYTES]`. The handle (DIR/handle.json by default) names its
+// provider, which must be one of providers. It returns the process's exit
+// code. cmd/bothy wires it as `bothy supervisor`.
+func Main(args []string, providers ...bothy.Provider) int {
+	fs := flag.NewFlagSet("supervisor", flag.ContinueOnError)
+	dir := fs.String("dir", "", "the lease's supervisor directory")
+	socket := fs.String("socket", "", "unix socket path (default DIR/supervisor.sock)")
+	handle := fs.String("handle", "", "encoded sandbox handle file (default DIR/handle.json)")
+	retain := fs.Int64("retain", DefaultRetainBytes, "output bytes retained per command")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if *dir == "" {
+		log.Error("supervisor: -dir is required")
+		return 2
+	}
+	if *handle == "" {
+		*handle = filepath.Join(*dir, HandleFile)
+	}
+	b, err := os.ReadFile(*handle)
+	if err != nil {
+		log.Error("supervisor: read handle", "err", err)
+		return 1
+	}
+	var h struct{ Provider string }
+	json.Unmarshal(b, &h)
+	var p bothy.Provider
+	for _, q := range providers {
+		if q.Name() == h.Provider {
+			p = q
+		}
+	}
+	if p == nil {
+		log.Error("supervisor: the handle's provider is not available", "provider", h.Provider)
+		return 1
+	}
+	// No signal.Ignore here: an ignored signal stays ignored in the
+	// commands it execs. Setsid already leaves it without a terminal.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	err = Serve(ctx, Config{Dir: *dir, Socket: *socket, Provider: p, Handle: b, RetainBytes: *retain, Logger: log})
+	if err != nil {
+		log.Error("supervisor", "err", err)
+		return 1
+	}
+	return 0
+}
+
+// readToken returns the lease directory's token, creating it once.
+func readToken(dir string) (string, error) {
+	path := filepath.Join(dir, "token")
+	b, err := os.ReadFile(path)
+	if err == nil && len(b) == 32 {
+		return string(b), nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	r := make([]byte, 16)
+	rand.Read(r)
+	tok := hex.EncodeToString(r)
+	if err := os.WriteFile(path, []byte(tok), 0o600); err != nil {
+		return "", fmt.Errorf("write token: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return "", err
+	}
+	return tok, nil
+}
+
+// killTokenProcesses SIGKILLs every process whose environment holds the
+// lease's token: the commands of a supervisor that died. A process that
+// cleared its environment escapes this; a sandbox provider's Stop is the
+// real guarantee. It returns how many it killed.
+func killTokenProcesses(token string) int {
+	want := []byte(TokenEnv + "=" + token)
+	killed := 0
+	for range 5 {
+		entries, _ := os.ReadDir("/proc")
+		found := 0
+		for _, e := range entries {
+			pid, err := strconv.Atoi(e.Name())
+			if err != nil || pid == os.Getpid() {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+			if err != nil {
+				continue
+			}
+			for _, kv := range bytes.Split(b, []byte{0}) {
+				if bytes.Equal(kv, want) {
+					syscall.Kill(pid, syscall.SIGKILL)
+					found++
+					break
+				}
+			}
+		}
+		if found == 0 {
+			break
+		}
+		killed += found
+		time.Sleep(20 * time.Millisecond)
+	}
+	return killed
+}
