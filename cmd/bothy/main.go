@@ -34,6 +34,7 @@ commands:
   ls -c ID [PATH]           list a directory of the cold workspace
   cat -c ID PATH            print a file of the cold workspace
   put -c ID PATH [FILE]     write FILE (or standard input) to PATH, committing a revision
+  supervisor -dir DIR       the per-lease supervisor (started by the agent, not by hand)
   gc [--grace D]            delete packs no revision references, older than the grace period
   bench [--quick]           measure checkpoint and restore, write docs/performance.md
 
@@ -68,6 +69,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	cmds := map[string]func(context.Context, []string) error{
 		"serve":      runServe,
+		"supervisor": runSupervisor,
 		"admin":      runAdmin,
 		"demo":       runDemo,
 		"checkpoint": runCheckpoint,

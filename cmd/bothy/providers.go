@@ -1,0 +1,23 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/bwrap"
+	"github.com/bothyhq/bothy/process"
+)
+
+// providers is the one place where sandbox providers are registered. The
+// process provider is always there (it isolates nothing; the server will
+// refuse it unless configured); bwrap is there when the host can run it.
+func providers() []bothy.Provider {
+	list := []bothy.Provider{process.New()}
+	if p, err := bwrap.New(bwrap.Options{}); err == nil {
+		list = append(list, p)
+	} else {
+		fmt.Fprintf(os.Stderr, "bothy: bwrap provider unavailable: %v\n", err)
+	}
+	return list
+}

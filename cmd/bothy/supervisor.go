@@ -1,0 +1,18 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/bothyhq/bothy/supervisor"
+)
+
+// runSupervisor is `bothy supervisor -dir DIR`: the per-lease process that
+// owns a lease's commands and journals their output (see docs/supervisor.md).
+// The agent starts it with supervisor.Spawn; people do not run it by hand.
+func runSupervisor(ctx context.Context, args []string) error {
+	if code := supervisor.Main(args, providers()...); code != 0 {
+		return fmt.Errorf("supervisor exited with status %d", code)
+	}
+	return nil
+}
