@@ -77,7 +77,7 @@ type GrepOptions struct {
 	Literal    bool   `json:"literal,omitempty"`     // Pattern is plain text
 	IgnoreCase bool   `json:"ignore_case,omitempty"` // match case-insensitively
 	Context    int    `json:"context,omitempty"`     // lines of context before and after each match
-	Limit      int    `json:"limit,omitempty"`       // maximum matches; 0 means a default of 1000
+	Limit      int    `json:"limit,omitempty"`       // maximum matches; 0 means a default of 1000, and at most 10,000
 	// Include keeps only files matching this glob: against the base name if
 	// it holds no '/', else against the workspace-relative path ('**' allowed).
 	Include string `json:"include,omitempty"`
@@ -97,8 +97,9 @@ type GrepMatch struct {
 // GrepResult is the outcome of a Grep.
 type GrepResult struct {
 	Matches []GrepMatch `json:"matches"`
-	// Truncated reports that the search stopped early, at the match limit or
-	// the cap on bytes scanned, so more matches may exist.
+	// Truncated reports that the search stopped early, at the match limit,
+	// the cap on bytes scanned or the cap on text returned (16 MiB, context
+	// lines included), so more matches may exist.
 	Truncated    bool  `json:"truncated,omitempty"`
 	FilesScanned int64 `json:"files_scanned"`
 	BytesScanned int64 `json:"bytes_scanned"`
@@ -166,8 +167,9 @@ type FileService interface {
 	// ReadDir lists a directory sorted by name. A file is ENOTDIR.
 	ReadDir(ctx context.Context, tenantID, computerID, path string, opts ReadDirOptions) ([]*FileInfo, error)
 	// Glob returns up to limit paths matching pattern: path.Match syntax per
-	// element, plus '**' for any number of directories. Symlinks are matched
-	// but not descended into. A bad pattern is EINVALID.
+	// element, plus '**' for any number of directories (at most 8 in one
+	// pattern). Symlinks are matched but not descended into. A bad pattern is
+	// EINVALID.
 	Glob(ctx context.Context, tenantID, computerID, pattern string, limit int) ([]*FileInfo, error)
 	// Grep searches the text files under opts.Path; binary files (a NUL in
 	// the first 8 KiB) are skipped, and symlinks are not followed. A bad

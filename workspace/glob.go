@@ -52,14 +52,30 @@ func (f *FS) compileGlob(pattern string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	segs := splitPath(p)
-	for _, s := range segs {
+	var segs []string
+	stars := 0
+	for _, s := range splitPath(p) {
 		if _, err := path.Match(s, ""); err != nil {
 			return nil, bothy.Errorf(bothy.EINVALID, "bad glob pattern %q", pattern)
 		}
+		if s == "**" {
+			if len(segs) > 0 && segs[len(segs)-1] == "**" {
+				continue // "**/**" matches what "**" matches
+			}
+			stars++
+		}
+		segs = append(segs, s)
+	}
+	// Each "**" multiplies the states a walk can visit by the number of
+	// directories, so a pattern may hold only a few.
+	if stars > maxGlobStars {
+		return nil, bothy.Errorf(bothy.EINVALID, "glob pattern %q has more than %d '**' elements", pattern, maxGlobStars)
 	}
 	return segs, nil
 }
+
+// maxGlobStars is the most "**" elements a glob pattern may hold.
+const maxGlobStars = 8
 
 type globber struct {
 	t       *txn

@@ -17,9 +17,15 @@ import (
 // Grep limits.
 const (
 	DefaultGrepLimit = 1000
-	maxGrepContext   = 100
-	binarySniff      = 8 << 10 // a NUL in this many leading bytes marks a binary file
-	maxGrepLine      = 1 << 20 // longer lines are matched and returned cut to this length
+	// MaxGrepLimit caps the caller's limit on matches.
+	MaxGrepLimit = 10000
+	// MaxGrepOutput caps the text one Grep returns, paths and context lines
+	// included: each match carries its own copy of its context, so without
+	// it the output could be far larger than the bytes read.
+	MaxGrepOutput  = 16 << 20
+	maxGrepContext = 100
+	binarySniff    = 8 << 10 // a NUL in this many leading bytes marks a binary file
+	maxGrepLine    = 1 << 20 // longer lines are matched and returned cut to this length
 )
 
 // Grep searches the text files under opts.Path (a file or a directory,
@@ -40,7 +46,7 @@ func (f *FS) Grep(ctx context.Context, tenantID, computerID string, opts bothy.G
 	if err != nil {
 		return nil, err
 	}
-	g.t = t
+	g.t, g.ctx = t, ctx
 	l, err := t.resolve(ctx, root, true, false)
 	if err != nil {
 		return nil, err
@@ -67,6 +73,7 @@ func (f *FS) Grep(ctx context.Context, tenantID, computerID string, opts bothy.G
 }
 
 type grepper struct {
+	ctx      context.Context
 	t        *txn
 	re       *regexp.Regexp
 	include  string   // a base-name glob, or
@@ -74,6 +81,7 @@ type grepper struct {
 	context  int
 	limit    int
 	budget   int64 // bytes left to read
+	output   int64 // text bytes left to return
 	res      bothy.GrepResult
 }
 
@@ -94,7 +102,8 @@ func (f *FS) newGrepper(opts bothy.GrepOptions) (*grepper, error) {
 	if err != nil {
 		return nil, bothy.Errorf(bothy.EINVALID, "bad grep pattern: %s", err)
 	}
-	g := &grepper{re: re, context: min(opts.Context, maxGrepContext), limit: opts.Limit, budget: f.opts.MaxGrepBytes}
+	g := &grepper{re: re, context: min(opts.Context, maxGrepContext), limit: min(opts.Limit, MaxGrepLimit),
+		budget: f.opts.MaxGrepBytes, output: MaxGrepOutput}
 	if g.limit == 0 {
 		g.limit = DefaultGrepLimit
 	}
@@ -194,9 +203,18 @@ func (g *grepper) lines(p string, r *bufio.Reader) error {
 		} else if err != nil && err != io.EOF {
 			return fmt.Errorf("grep %q: %w", p, err)
 		}
+		if num%4096 == 0 {
+			if err := g.ctx.Err(); err != nil {
+				return err
+			}
+		}
 		text := string(line)
 		keep := pending[:0]
 		for _, m := range pending {
+			if !g.spend(len(text)) {
+				stopping = true
+				continue
+			}
 			g.res.Matches[m].After = append(g.res.Matches[m].After, text)
 			if len(g.res.Matches[m].After) < g.context {
 				keep = append(keep, m)
@@ -204,13 +222,21 @@ func (g *grepper) lines(p string, r *bufio.Reader) error {
 		}
 		pending = keep
 		if !stopping && g.re.Match(line) {
-			g.res.Matches = append(g.res.Matches, bothy.GrepMatch{Path: p, Line: num, Text: text, Before: append([]string(nil), before...)})
-			if g.context > 0 {
-				pending = append(pending, len(g.res.Matches)-1)
+			cost := len(text) + len(p) + 16
+			for _, b := range before {
+				cost += len(b)
 			}
-			if len(g.res.Matches) >= g.limit {
-				g.res.Truncated = true
+			if !g.spend(cost) {
 				stopping = true
+			} else {
+				g.res.Matches = append(g.res.Matches, bothy.GrepMatch{Path: p, Line: num, Text: text, Before: append([]string(nil), before...)})
+				if g.context > 0 {
+					pending = append(pending, len(g.res.Matches)-1)
+				}
+				if len(g.res.Matches) >= g.limit {
+					g.res.Truncated = true
+					stopping = true
+				}
 			}
 		}
 		if stopping && len(pending) == 0 {
@@ -230,6 +256,18 @@ func (g *grepper) lines(p string, r *bufio.Reader) error {
 		return errStop
 	}
 	return nil
+}
+
+// spend takes n bytes from the output budget; when it runs out the result is
+// marked truncated and spend reports false.
+func (g *grepper) spend(n int) bool {
+	if g.output < int64(n) {
+		g.output = 0
+		g.res.Truncated = true
+		return false
+	}
+	g.output -= int64(n)
+	return true
 }
 
 // readLine returns the next line without its newline, cut to maxGrepLine
