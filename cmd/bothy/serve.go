@@ -94,6 +94,13 @@ func runServe(ctx context.Context, args []string) error {
 func (e *env) adminToken(ctx context.Context, path string, log *slog.Logger) (secret string, created bool, err error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
+		// A token file others can read is tightened, not trusted as it is.
+		if fi, serr := os.Stat(path); serr == nil && fi.Mode().Perm()&0o077 != 0 {
+			log.Warn("admin token file was readable by others; setting mode 0600", "path", path, "mode", fi.Mode().Perm())
+			if err := os.Chmod(path, 0o600); err != nil {
+				return "", false, fmt.Errorf("protect admin token: %w", err)
+			}
+		}
 		secret = strings.TrimSpace(string(b))
 		p, err := e.store.ResolveToken(ctx, secret)
 		if err == nil && p.TenantID == e.tenant.ID && p.Can(bothy.ScopeAdmin) {

@@ -162,8 +162,14 @@ func TestServe(t *testing.T) {
 	s.stop(t)
 
 	// A restart keeps the token and the files, and prints only where the
-	// token is.
+	// token is; a token file someone made readable by others is tightened.
+	if err := os.Chmod(tokenPath, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	s = startServe(t, data)
+	if fi, err := os.Stat(tokenPath); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("after restart admin.token mode is %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
 	if strings.Contains(s.tokenLn, token) || !strings.Contains(s.tokenLn, tokenPath) {
 		t.Errorf("restart printed %q, want the token file's path and not the token", s.tokenLn)
 	}
