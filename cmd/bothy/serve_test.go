@@ -167,8 +167,10 @@ func TestServe(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = startServe(t, data)
-	if fi, err := os.Stat(tokenPath); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Errorf("after restart admin.token mode is %v (%v), want 0600", fi.Mode().Perm(), err)
+	if fi, err := os.Stat(tokenPath); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("after restart admin.token mode is %04o, want 0600", fi.Mode().Perm())
 	}
 	if strings.Contains(s.tokenLn, token) || !strings.Contains(s.tokenLn, tokenPath) {
 		t.Errorf("restart printed %q, want the token file's path and not the token", s.tokenLn)
