@@ -107,7 +107,7 @@ func runDemo(ctx context.Context, args []string) error {
 	for _, ch := range changes {
 		fmt.Printf("  %s %s\n", ch.Kind, ch.Path)
 	}
-	fmt.Printf("\nok. Try: bothy log -c %s --data %s\n", id, cfg.data)
+	fmt.Printf("\nok. Try: go run ./cmd/bothy log -c %s --data %s\n", id, cfg.data)
 	return nil
 }
 
