@@ -42,6 +42,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/mountinfo"
 )
 
 // Name is the provider's name.
@@ -452,35 +453,8 @@ func processesOf(uid int) []int {
 
 // mounted reports whether path is a mount point in this mount namespace.
 func mounted(path string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for line := range strings.Lines(string(b)) {
-		if f := strings.Fields(line); len(f) > 4 && unescapeMount(f[4]) == path {
-			return true
-		}
-	}
-	return false
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	ok, err := mountinfo.Mounted(path)
+	return err == nil && ok
 }
 
 func exists(path string) bool {

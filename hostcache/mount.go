@@ -1,18 +1,17 @@
 package hostcache
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/mountinfo"
 )
 
 // Overlay is a lease's workspace: an overlay of a read-only cached tree
@@ -85,17 +84,17 @@ func Mount(ctx context.Context, lower, leaseDir string, opts MountOptions) (*Ove
 			return nil, fmt.Errorf("mount: %w", err)
 		}
 	}
-	mounts, err := readMountinfo()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
 	for _, mi := range mounts {
-		if mi.point != m.Merged {
+		if mi.Point != m.Merged {
 			continue
-		} else if mi.fstype == "overlay" && mi.lowerdir() == lower {
+		} else if mi.FSType == "overlay" && lowerdir(&mi) == lower {
 			return m, nil
 		}
-		return nil, bothy.Errorf(bothy.ECONFLICT, "mount: %s already holds a %s mount", m.Merged, mi.fstype)
+		return nil, bothy.Errorf(bothy.ECONFLICT, "mount: %s already holds a %s mount", m.Merged, mi.FSType)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -149,60 +148,18 @@ func checkLayerPath(p string) error {
 	return nil
 }
 
-type mountInfo struct {
-	point, fstype, super string
-}
-
-// lowerdir returns the lowerdir option of an overlay mount.
-func (mi *mountInfo) lowerdir() string {
-	for _, o := range strings.Split(mi.super, ",") {
-		if v, ok := strings.CutPrefix(o, "lowerdir="); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// readMountinfo parses /proc/self/mountinfo.
-func readMountinfo() ([]mountInfo, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
-	}
-	defer f.Close()
-	var out []mountInfo
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		// id parent major:minor root point options [optional...] - fstype source super
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		a, b := strings.Fields(pre), strings.Fields(post)
-		if len(a) < 5 || len(b) < 3 {
-			continue
-		}
-		out = append(out, mountInfo{point: unescape(a[4]), fstype: b[0], super: unescape(b[2])})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mountinfo: %w", err)
-	}
-	return out, nil
-}
-
 // mountedLowers returns the lower directories of every overlay mount.
 func mountedLowers() (map[string]bool, error) {
-	mounts, err := readMountinfo()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
 	lowers := make(map[string]bool)
 	for _, mi := range mounts {
-		if mi.fstype != "overlay" {
+		if mi.FSType != "overlay" {
 			continue
 		}
-		for _, l := range strings.Split(mi.lowerdir(), ":") {
+		for _, l := range strings.Split(lowerdir(&mi), ":") {
 			if l != "" {
 				lowers[filepath.Clean(l)] = true
 			}
@@ -214,34 +171,21 @@ func mountedLowers() (map[string]bool, error) {
 // OverlayMounts returns the mount points of overlay mounts whose mount
 // point is under dir (tests and destroy check for residue with it).
 func OverlayMounts(dir string) ([]string, error) {
-	mounts, err := readMountinfo()
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return nil, err
 	}
 	var out []string
 	for _, mi := range mounts {
-		if mi.fstype == "overlay" && (mi.point == dir || strings.HasPrefix(mi.point, dir+"/")) {
-			out = append(out, mi.point)
+		if mi.FSType == "overlay" && (mi.Point == dir || strings.HasPrefix(mi.Point, dir+"/")) {
+			out = append(out, mi.Point)
 		}
 	}
 	return out, nil
 }
 
-// unescape decodes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+// lowerdir returns the lowerdir option of an overlay mount.
+func lowerdir(m *mountinfo.Mount) string {
+	v, _ := m.Option("lowerdir")
+	return v
 }
