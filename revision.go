@@ -38,6 +38,11 @@ type CommitRequest struct {
 	Size       int64
 	FileCount  int64
 	CreatedBy  string
+	// LeaseID names the runtime lease that commits, which must be unreleased
+	// and of Generation. Empty means a commit without a runtime (the API on a
+	// cold computer), which is refused while any lease of the computer is
+	// unreleased, so the API and a runtime never both write.
+	LeaseID string
 }
 
 // Validate reports whether r is well formed.
@@ -57,9 +62,10 @@ func (r *CommitRequest) Validate() error {
 // RevisionService stores revisions.
 type RevisionService interface {
 	// CommitRevision atomically checks that the computer's generation and
-	// current revision equal r.Generation and r.Base, inserts revision Base+1
-	// and makes it current. On a mismatch it returns ECONFLICT and changes
-	// nothing; a missing computer (or one of another tenant) is ENOTFOUND.
+	// current revision equal r.Generation and r.Base, and the lease rule of
+	// r.LeaseID, inserts revision Base+1 and makes it current. On a mismatch
+	// it returns ECONFLICT and changes nothing; a missing computer (or one of
+	// another tenant) is ENOTFOUND.
 	CommitRevision(ctx context.Context, r *CommitRequest) (*Revision, error)
 	// FindRevision returns one revision, or ENOTFOUND.
 	FindRevision(ctx context.Context, tenantID, computerID string, number int64) (*Revision, error)

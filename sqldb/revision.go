@@ -38,6 +38,9 @@ func (s *DB) CommitRevision(ctx context.Context, r *bothy.CommitRequest) (*bothy
 		CreatedAt:  now(),
 	}
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
+		if err := s.commitLease(ctx, tx, r); err != nil {
+			return err
+		}
 		res, err := tx.ExecContext(ctx, s.q(`UPDATE computers SET revision = ?, root_digest = ?, updated_at = ?
 			WHERE tenant_id = ? AND id = ? AND generation = ? AND revision = ?`),
 			rev.Number, rev.RootDigest, s.timeArg(rev.CreatedAt), r.TenantID, r.ComputerID, r.Generation, r.Base)
@@ -71,6 +74,36 @@ func (s *DB) CommitRevision(ctx context.Context, r *bothy.CommitRequest) (*bothy
 		return nil, fmt.Errorf("commit revision: %w", err)
 	}
 	return rev, nil
+}
+
+// commitLease enforces the lease rule of a commit. A runtime's commit locks
+// its lease row (a no-op UPDATE, the same fence as its other writes), so a
+// concurrent release waits for the commit or the commit sees the release. A
+// commit without a lease needs the computer to have no unreleased lease.
+func (s *DB) commitLease(ctx context.Context, tx *sql.Tx, r *bothy.CommitRequest) error {
+	if r.LeaseID != "" {
+		res, err := tx.ExecContext(ctx, s.q(`UPDATE leases SET generation = generation
+			WHERE tenant_id = ? AND id = ? AND computer_id = ? AND generation = ? AND released_at IS NULL`),
+			r.TenantID, r.LeaseID, r.ComputerID, r.Generation)
+		if err != nil {
+			return err
+		} else if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return bothy.Errorf(bothy.ECONFLICT, "lease %q of computer %q is released or not of generation %d",
+				r.LeaseID, r.ComputerID, r.Generation)
+		}
+		return nil
+	}
+	var n int
+	err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM leases
+		WHERE tenant_id = ? AND computer_id = ? AND released_at IS NULL`), r.TenantID, r.ComputerID).Scan(&n)
+	if err != nil {
+		return err
+	} else if n > 0 {
+		return bothy.Errorf(bothy.ECONFLICT, "computer %q has a running lease; only that lease may commit", r.ComputerID)
+	}
+	return nil
 }
 
 // commitMismatch explains why the compare-and-swap matched no row.

@@ -43,6 +43,7 @@ func TestStore(t *testing.T, open func(t *testing.T) bothy.Store) {
 	testComputers(t, newStore)
 	testRevisions(t, newStore)
 	testLeases(t, newStore)
+	testCommitLease(t, newStore)
 	testCommands(t, newStore)
 	testEvents(t, newStore)
 	testTokens(t, newStore)
