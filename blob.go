@@ -2,6 +2,8 @@ package bothy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"time"
 )
@@ -84,6 +86,22 @@ func ValidateBlobKey(key string) error {
 			return Errorf(EINVALID, "blob key %q has an empty, '.' or '..' segment", key)
 		}
 		start = i + 1
+	}
+	return nil
+}
+
+// CopyBlob copies exactly size bytes from r to w, as PutBlob's contract
+// asks, and fails if r holds fewer or more. BlobWriter implementations use it.
+func CopyBlob(w io.Writer, r io.Reader, size int64) error {
+	if n, err := io.CopyN(w, r, size); errors.Is(err, io.EOF) {
+		return fmt.Errorf("reader ended after %d of %d bytes: %w", n, size, io.ErrUnexpectedEOF)
+	} else if err != nil {
+		return err
+	}
+	if n, err := io.ReadFull(r, make([]byte, 1)); n > 0 {
+		return fmt.Errorf("reader holds more than %d bytes", size)
+	} else if !errors.Is(err, io.EOF) {
+		return err
 	}
 	return nil
 }

@@ -28,11 +28,12 @@ func ValidState(s string) bool {
 // Computer is the durable, logical computer. Its workspace is the revision
 // Revision (0 means the empty workspace, before any commit).
 type Computer struct {
-	ID             string `json:"id"`
-	TenantID       string `json:"tenant_id"`
+	ID string `json:"id"`
+	// TenantID is never shown: the caller's token names the tenant.
+	TenantID       string `json:"-"`
 	Owner          string `json:"owner"`
-	ConversationID string `json:"conversation_id,omitempty"`
-	Label          string `json:"label,omitempty"`
+	ConversationID string `json:"conversation_id"`
+	Label          string `json:"label"`
 	Profile        string `json:"profile"`
 	State          string `json:"state"`
 	// Generation increases each time a new lease becomes active; a commit
@@ -41,7 +42,7 @@ type Computer struct {
 	// Revision is the number of the current revision, 0 before the first commit.
 	Revision int64 `json:"revision"`
 	// RootDigest is the current revision's root tree digest ("" when empty).
-	RootDigest string    `json:"root_digest,omitempty"`
+	RootDigest string    `json:"root_digest"`
 	CreatedAt  time.Time `json:"created_at"`
 	UpdatedAt  time.Time `json:"updated_at"`
 }

@@ -2,6 +2,7 @@ package bothy
 
 import (
 	"context"
+	"crypto/rand"
 	"time"
 )
 
@@ -15,6 +16,15 @@ type Tenant struct {
 	// It is never returned by the API.
 	HashKey   []byte    `json:"-"`
 	CreatedAt time.Time `json:"created_at"`
+}
+
+// NewTenant returns a tenant with a new random hash key, ready to store.
+func NewTenant(id, name string) (*Tenant, error) {
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	return &Tenant{ID: id, Name: name, HashKey: key}, nil
 }
 
 // Validate reports whether the tenant can be stored.

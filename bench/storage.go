@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"os"
@@ -27,21 +26,18 @@ type StorageOptions struct {
 
 // StorageReport holds the storage figures and their baselines from one run.
 type StorageReport struct {
-	Date       time.Time `json:"date"`
-	GoVersion  string    `json:"go_version"`
-	CPUs       int       `json:"cpus"`
-	Tree       TreeSpec  `json:"tree"`
-	TreeFiles  int       `json:"tree_files"`
-	TreeBytes  int64     `json:"tree_bytes"`
-	Edits      int       `json:"edits"`
-	Figures    []Figure  `json:"figures"`
-	StoredSize int64     `json:"stored_bytes"`  // packs after a full checkpoint
-	TarZstSize int64     `json:"tar_zst_bytes"` // the baseline archive
-	Incr       Stats     `json:"incremental_stats"`
+	Date       time.Time        `json:"date"`
+	GoVersion  string           `json:"go_version"`
+	CPUs       int              `json:"cpus"`
+	Tree       TreeSpec         `json:"tree"`
+	TreeFiles  int              `json:"tree_files"`
+	TreeBytes  int64            `json:"tree_bytes"`
+	Edits      int              `json:"edits"`
+	Figures    []Figure         `json:"figures"`
+	StoredSize int64            `json:"stored_bytes"`      // packs after a full checkpoint
+	TarZstSize int64            `json:"tar_zst_bytes"`     // the baseline archive
+	Incr       checkpoint.Stats `json:"incremental_stats"` // of the last incremental checkpoint
 }
-
-// Stats is a copy of the checkpoint counters of one incremental checkpoint.
-type Stats = checkpoint.Stats
 
 // Figure returns the named figure.
 func (r *StorageReport) Figure(name string) Figure {
@@ -171,9 +167,6 @@ type storageEnv struct {
 }
 
 func openEnv(ctx context.Context, dir string) (*storageEnv, error) {
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, err
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -181,26 +174,28 @@ func openEnv(ctx context.Context, dir string) (*storageEnv, error) {
 	if err != nil {
 		return nil, err
 	}
-	blobs, err := localblob.Open(filepath.Join(dir, "blobs"))
+	e := &storageEnv{dir: dir, store: store}
+	if e.blobs, err = localblob.Open(filepath.Join(dir, "blobs")); err == nil {
+		e.tenant, err = bothy.NewTenant("bench", "bench")
+	}
+	if err == nil {
+		err = store.CreateTenant(ctx, e.tenant)
+	}
+	if err == nil {
+		e.comp = &bothy.Computer{ID: "c1", TenantID: e.tenant.ID, Profile: "standard"}
+		err = store.CreateComputer(ctx, e.comp)
+	}
 	if err != nil {
 		store.Close()
 		return nil, err
 	}
-	key := make([]byte, 32)
-	rand.Read(key)
-	t := &bothy.Tenant{ID: "bench", Name: "bench", HashKey: key}
-	c := &bothy.Computer{ID: "c1", TenantID: t.ID, Profile: "standard"}
-	if err := store.CreateTenant(ctx, t); err != nil {
-		return nil, err
-	} else if err := store.CreateComputer(ctx, c); err != nil {
-		return nil, err
-	}
-	return &storageEnv{dir: dir, store: store, blobs: blobs, tenant: t, comp: c}, nil
+	return e, nil
 }
 
 func (e *storageEnv) close() { e.store.Close() }
 
-// snapshot opens the computer's current revision with a new repository handle.
+// snapshot opens the computer's current revision with a new repository
+// handle, so nothing is cached in memory from an earlier run.
 func (e *storageEnv) snapshot(ctx context.Context) (*checkpoint.Snapshot, *bothy.Computer, error) {
 	c, err := e.store.FindComputer(ctx, e.tenant.ID, e.comp.ID)
 	if err != nil {
@@ -210,15 +205,7 @@ func (e *storageEnv) snapshot(ctx context.Context) (*checkpoint.Snapshot, *bothy
 	if err != nil {
 		return nil, nil, err
 	}
-	var packs []string
-	if c.Revision > 0 {
-		rev, err := e.store.FindRevision(ctx, e.tenant.ID, c.ID, c.Revision)
-		if err != nil {
-			return nil, nil, err
-		}
-		packs = rev.Packs
-	}
-	snap, err := repo.Open(ctx, c.RootDigest, packs)
+	snap, _, err := repo.OpenRevision(ctx, e.store, c.ID, c.Revision)
 	return snap, c, err
 }
 
@@ -232,10 +219,7 @@ func (e *storageEnv) checkpoint(ctx context.Context, src string) error {
 		return err
 	}
 	e.last = res.Stats
-	_, err = e.store.CommitRevision(ctx, &bothy.CommitRequest{
-		TenantID: e.tenant.ID, ComputerID: c.ID, Generation: c.Generation, Base: c.Revision,
-		RootDigest: res.Root.String(), Packs: res.Packs, Size: res.Size, FileCount: res.FileCount, CreatedBy: "bench",
-	})
+	_, err = e.store.CommitRevision(ctx, res.CommitRequest(c, "bench"))
 	return err
 }
 

@@ -69,6 +69,25 @@ type Snapshot struct {
 	index map[Hash]location
 }
 
+// OpenRevision opens revision number of a computer of the repo's tenant, as
+// recorded in revs; number 0 is the empty workspace, for which the returned
+// revision is nil.
+func (r *Repo) OpenRevision(ctx context.Context, revs bothy.RevisionService, computerID string, number int64) (*Snapshot, *bothy.Revision, error) {
+	if number == 0 {
+		s, err := r.Open(ctx, "", nil)
+		return s, nil, err
+	}
+	rev, err := revs.FindRevision(ctx, r.tenantID, computerID, number)
+	if err != nil {
+		return nil, nil, fmt.Errorf("find revision: %w", err)
+	}
+	s, err := r.Open(ctx, rev.RootDigest, rev.Packs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open revision %d: %w", number, err)
+	}
+	return s, rev, nil
+}
+
 // Open gives read access to one revision: root is Revision.RootDigest (""
 // is the empty workspace, an empty root tree) and packs is Revision.Packs.
 // Open loads the blob tables of the packs, in parallel, from the Repo's cache

@@ -35,6 +35,16 @@ type Result struct {
 	Stats     Stats
 }
 
+// CommitRequest asks to commit the result as the next revision of c, by
+// compare-and-swap on c's generation and current revision.
+func (res *Result) CommitRequest(c *bothy.Computer, createdBy string) *bothy.CommitRequest {
+	return &bothy.CommitRequest{
+		TenantID: c.TenantID, ComputerID: c.ID, Generation: c.Generation, Base: c.Revision,
+		RootDigest: res.Root.String(), Packs: res.Packs, Size: res.Size, FileCount: res.FileCount,
+		CreatedBy: createdBy,
+	}
+}
+
 // scanNode is one directory during a checkpoint.
 type scanNode struct {
 	path    string // the directory on the host
@@ -217,7 +227,7 @@ func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opt
 					walkErr = err
 				}
 			}
-			if sk := n.stats[i]; sk.size >= 0 && sk.size == e.Size {
+			if sk := n.stats[i]; opts.StatCache != "" && sk.size >= 0 && sk.size == e.Size {
 				entries = append(entries, cacheEntry{path: joinRel(n.rel, e.Name), key: sk, chunks: e.Chunks})
 			}
 		}

@@ -103,7 +103,7 @@ func put(ctx context.Context, obj *storage.ObjectHandle, r io.Reader, size int64
 	w := obj.If(storage.Conditions{DoesNotExist: true}).NewWriter(ctx)
 	w.ContentType = "application/octet-stream"
 
-	if err := copyExactly(w, r, size); err != nil {
+	if err := bothy.CopyBlob(w, r, size); err != nil {
 		cancel()
 		closeErr := w.Close()
 		// GCS may check the precondition when a resumable upload starts, so
@@ -127,21 +127,6 @@ func put(ctx context.Context, obj *storage.ObjectHandle, r io.Reader, size int64
 		return false, err
 	}
 	return true, nil
-}
-
-// copyExactly copies size bytes from r to w and fails if r holds fewer or more.
-func copyExactly(w io.Writer, r io.Reader, size int64) error {
-	if n, err := io.CopyN(w, r, size); errors.Is(err, io.EOF) {
-		return fmt.Errorf("reader ended after %d of %d bytes: %w", n, size, io.ErrUnexpectedEOF)
-	} else if err != nil {
-		return err
-	}
-	if n, err := io.ReadFull(r, make([]byte, 1)); n > 0 {
-		return fmt.Errorf("reader holds more than %d bytes", size)
-	} else if !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
 }
 
 // GetBlob implements bothy.BlobReader.

@@ -130,23 +130,13 @@ func computerPath(id string, rest ...string) string {
 	return "/v1/computers/" + url.PathEscape(id) + strings.Join(rest, "")
 }
 
-// domainComputer converts the API's computer to the domain's; the tenant is
-// not part of the API and is left empty.
-func domainComputer(c *Computer) *bothy.Computer {
-	return &bothy.Computer{
-		ID: c.ID, Owner: c.Owner, ConversationID: c.ConversationID, Label: c.Label, Profile: c.Profile,
-		State: c.State, Generation: c.Generation, Revision: c.Revision, RootDigest: c.RootDigest,
-		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
-	}
-}
-
 // CreateComputer creates a cold computer.
 func (c *Client) CreateComputer(ctx context.Context, req CreateComputerRequest) (*bothy.Computer, error) {
-	var out Computer
+	var out bothy.Computer
 	if err := c.call(ctx, request{method: "POST", path: "/v1/computers", json: req}, &out); err != nil {
 		return nil, err
 	}
-	return domainComputer(&out), nil
+	return &out, nil
 }
 
 // FindComputer returns a computer, or ENOTFOUND.
@@ -165,11 +155,11 @@ func (c *Client) DestroyComputer(ctx context.Context, id string) (*bothy.Compute
 }
 
 func (c *Client) computerCall(ctx context.Context, method, path string) (*bothy.Computer, error) {
-	var out Computer
+	var out bothy.Computer
 	if err := c.call(ctx, request{method: method, path: path}, &out); err != nil {
 		return nil, err
 	}
-	return domainComputer(&out), nil
+	return &out, nil
 }
 
 // ListComputers lists the token's tenant's computers that match f.
@@ -185,11 +175,7 @@ func (c *Client) ListComputers(ctx context.Context, f bothy.ComputerFilter) ([]*
 	if err := c.call(ctx, request{method: "GET", path: "/v1/computers", query: q}, &out); err != nil {
 		return nil, err
 	}
-	cs := make([]*bothy.Computer, 0, len(out.Computers))
-	for _, x := range out.Computers {
-		cs = append(cs, domainComputer(x))
-	}
-	return cs, nil
+	return out.Computers, nil
 }
 
 // ListRevisions lists a computer's revisions, newest first.

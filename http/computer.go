@@ -3,33 +3,9 @@ package http
 import (
 	nethttp "net/http"
 	"slices"
-	"time"
 
 	"github.com/bothyhq/bothy"
 )
-
-// Computer is a computer as the API shows it. Every field is always present.
-type Computer struct {
-	ID             string    `json:"id"`
-	Owner          string    `json:"owner"`
-	ConversationID string    `json:"conversation_id"`
-	Label          string    `json:"label"`
-	Profile        string    `json:"profile"`
-	State          string    `json:"state"`
-	Generation     int64     `json:"generation"`
-	Revision       int64     `json:"revision"`
-	RootDigest     string    `json:"root_digest"`
-	CreatedAt      time.Time `json:"created_at"`
-	UpdatedAt      time.Time `json:"updated_at"`
-}
-
-func newComputer(c *bothy.Computer) *Computer {
-	return &Computer{
-		ID: c.ID, Owner: c.Owner, ConversationID: c.ConversationID, Label: c.Label, Profile: c.Profile,
-		State: c.State, Generation: c.Generation, Revision: c.Revision, RootDigest: c.RootDigest,
-		CreatedAt: c.CreatedAt, UpdatedAt: c.UpdatedAt,
-	}
-}
 
 // CreateComputerRequest is the body of POST /v1/computers.
 type CreateComputerRequest struct {
@@ -40,7 +16,7 @@ type CreateComputerRequest struct {
 
 // ComputerList is the body of a computer listing.
 type ComputerList struct {
-	Computers []*Computer `json:"computers"`
+	Computers []*bothy.Computer `json:"computers"`
 }
 
 // RevisionList is the body of a revision listing, newest first.
@@ -66,7 +42,7 @@ func (s *Server) handleCreateComputer(w nethttp.ResponseWriter, r *nethttp.Reque
 	if err := s.store.CreateComputer(r.Context(), c); err != nil {
 		return err
 	}
-	writeJSON(w, nethttp.StatusCreated, newComputer(c))
+	writeJSON(w, nethttp.StatusCreated, c)
 	return nil
 }
 
@@ -86,9 +62,9 @@ func (s *Server) handleListComputers(w nethttp.ResponseWriter, r *nethttp.Reques
 	if err != nil {
 		return err
 	}
-	list := ComputerList{Computers: []*Computer{}}
+	list := ComputerList{Computers: []*bothy.Computer{}}
 	for _, c := range cs {
-		list.Computers = append(list.Computers, newComputer(c))
+		list.Computers = append(list.Computers, c)
 	}
 	writeJSON(w, nethttp.StatusOK, list)
 	return nil
@@ -99,7 +75,7 @@ func (s *Server) handleGetComputer(w nethttp.ResponseWriter, r *nethttp.Request,
 	if err != nil {
 		return err
 	}
-	writeJSON(w, nethttp.StatusOK, newComputer(c))
+	writeJSON(w, nethttp.StatusOK, c)
 	return nil
 }
 
@@ -112,7 +88,7 @@ func (s *Server) handleStopComputer(w nethttp.ResponseWriter, r *nethttp.Request
 	} else if c.State == bothy.StateDestroyed {
 		return bothy.Errorf(bothy.ECONFLICT, "computer %q is destroyed", c.ID)
 	}
-	writeJSON(w, nethttp.StatusOK, newComputer(c))
+	writeJSON(w, nethttp.StatusOK, c)
 	return nil
 }
 
@@ -133,7 +109,7 @@ func (s *Server) handleDestroyComputer(w nethttp.ResponseWriter, r *nethttp.Requ
 			return err
 		}
 	}
-	writeJSON(w, nethttp.StatusOK, newComputer(c))
+	writeJSON(w, nethttp.StatusOK, c)
 	return nil
 }
 

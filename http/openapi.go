@@ -13,9 +13,6 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-// OpenAPI returns the OpenAPI 3.1 document of the API.
-func OpenAPI() []byte { return append([]byte(nil), openAPI...) }
-
 func (s *Server) handleOpenAPI(w nethttp.ResponseWriter, r *nethttp.Request, _ *bothy.Principal) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(openAPI)

@@ -146,16 +146,7 @@ func (s *Store) put(ctx context.Context, key string, r io.Reader, size int64) (b
 // writeSync copies exactly size bytes from r to f, then syncs and closes f.
 func writeSync(ctx context.Context, f *os.File, r io.Reader, size int64) error {
 	defer f.Close()
-	r = ctxReader{ctx, r}
-	if n, err := io.CopyN(f, r, size); errors.Is(err, io.EOF) {
-		return fmt.Errorf("reader ended after %d of %d bytes: %w", n, size, io.ErrUnexpectedEOF)
-	} else if err != nil {
-		return err
-	}
-	// The reader must hold exactly size bytes; one more is an error.
-	if n, err := io.ReadFull(r, make([]byte, 1)); n > 0 {
-		return fmt.Errorf("reader holds more than %d bytes", size)
-	} else if !errors.Is(err, io.EOF) {
+	if err := bothy.CopyBlob(f, ctxReader{ctx, r}, size); err != nil {
 		return err
 	}
 	if err := f.Sync(); err != nil {

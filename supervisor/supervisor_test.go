@@ -199,18 +199,6 @@ func exitOf(t *testing.T, e *bothy.Event) supervisor.Exit {
 	return x
 }
 
-func waitState(t *testing.T, c *supervisor.Client, id, want string) *supervisor.Status {
-	t.Helper()
-	for range 1000 {
-		if st := status(t, c, id); st.State == want {
-			return st
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("command %s never reached %s", id, want)
-	return nil
-}
-
 func TestRun_Echo(t *testing.T) {
 	t.Parallel()
 	l := newLease(t)

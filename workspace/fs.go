@@ -137,16 +137,8 @@ func (f *FS) open(ctx context.Context, tenantID, computerID string) (*state, err
 		return nil, fmt.Errorf("open repo: %w", err)
 	}
 	st := &state{computer: c}
-	var root string
-	var packs []string
-	if c.Revision > 0 {
-		if st.base, err = f.store.FindRevision(ctx, tenantID, computerID, c.Revision); err != nil {
-			return nil, fmt.Errorf("find revision: %w", err)
-		}
-		root, packs = st.base.RootDigest, st.base.Packs
-	}
-	if st.snap, err = repo.Open(ctx, root, packs); err != nil {
-		return nil, fmt.Errorf("open revision %d: %w", c.Revision, err)
+	if st.snap, st.base, err = repo.OpenRevision(ctx, f.store, computerID, c.Revision); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

@@ -14,16 +14,9 @@ import (
 )
 
 func runCheckpoint(ctx context.Context, args []string) error {
-	var cfg config
 	fs := flag.NewFlagSet("checkpoint", flag.ContinueOnError)
 	id := fs.String("c", "", "computer id (created on first use)")
-	args, err := parseFlags(fs, &cfg, args)
-	if err != nil {
-		return err
-	} else if *id == "" || len(args) != 1 {
-		return bothy.Errorf(bothy.EINVALID, "usage: bothy checkpoint -c ID DIR")
-	}
-	e, err := openEnv(ctx, cfg)
+	e, args, err := openVerb(ctx, fs, args, "bothy checkpoint -c ID DIR", func(args []string) bool { return *id != "" && len(args) == 1 })
 	if err != nil {
 		return err
 	}
@@ -50,11 +43,7 @@ func (e *env) checkpoint(ctx context.Context, id, dir string) (*bothy.Revision, 
 	if err != nil {
 		return nil, nil, err
 	}
-	rev, err := e.store.CommitRevision(ctx, &bothy.CommitRequest{
-		TenantID: e.tenant.ID, ComputerID: c.ID, Generation: c.Generation, Base: c.Revision,
-		RootDigest: res.Root.String(), Packs: res.Packs, Size: res.Size, FileCount: res.FileCount,
-		CreatedBy: "cli:checkpoint",
-	})
+	rev, err := e.store.CommitRevision(ctx, res.CommitRequest(c, "cli:checkpoint"))
 	return rev, res, err
 }
 
@@ -66,17 +55,10 @@ func printCheckpoint(rev *bothy.Revision, res *checkpoint.Result) {
 }
 
 func runRestore(ctx context.Context, args []string) error {
-	var cfg config
 	fs := flag.NewFlagSet("restore", flag.ContinueOnError)
 	id := fs.String("c", "", "computer id")
 	n := fs.Int64("r", 0, "revision number (default: current)")
-	args, err := parseFlags(fs, &cfg, args)
-	if err != nil {
-		return err
-	} else if *id == "" || len(args) != 1 {
-		return bothy.Errorf(bothy.EINVALID, "usage: bothy restore -c ID [-r N] DIR")
-	}
-	e, err := openEnv(ctx, cfg)
+	e, args, err := openVerb(ctx, fs, args, "bothy restore -c ID [-r N] DIR", func(args []string) bool { return *id != "" && len(args) == 1 })
 	if err != nil {
 		return err
 	}
@@ -102,16 +84,10 @@ func runRestore(ctx context.Context, args []string) error {
 }
 
 func runLog(ctx context.Context, args []string) error {
-	var cfg config
 	fs := flag.NewFlagSet("log", flag.ContinueOnError)
 	id := fs.String("c", "", "computer id")
 	limit := fs.Int("n", 20, "how many revisions")
-	if _, err := parseFlags(fs, &cfg, args); err != nil {
-		return err
-	} else if *id == "" {
-		return bothy.Errorf(bothy.EINVALID, "usage: bothy log -c ID")
-	}
-	e, err := openEnv(ctx, cfg)
+	e, _, err := openVerb(ctx, fs, args, "bothy log -c ID", func([]string) bool { return *id != "" })
 	if err != nil {
 		return err
 	}
@@ -172,13 +148,9 @@ func runDiff(ctx context.Context, args []string) error {
 }
 
 func runGC(ctx context.Context, args []string) error {
-	var cfg config
 	fs := flag.NewFlagSet("gc", flag.ContinueOnError)
 	grace := fs.Duration("grace", time.Hour, "keep unreferenced packs younger than this")
-	if _, err := parseFlags(fs, &cfg, args); err != nil {
-		return err
-	}
-	e, err := openEnv(ctx, cfg)
+	e, _, err := openVerb(ctx, fs, args, "bothy gc", func([]string) bool { return true })
 	if err != nil {
 		return err
 	}

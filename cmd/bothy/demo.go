@@ -20,20 +20,16 @@ import (
 // writes a file into the cold workspace through the files API, restores the
 // latest revision into a new directory and verifies it byte for byte.
 func runDemo(ctx context.Context, args []string) error {
-	var cfg config
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	if _, err := parseFlags(fs, &cfg, args); err != nil {
-		return err
-	}
-	e, err := openEnv(ctx, cfg)
+	e, _, err := openVerb(ctx, fs, args, "bothy demo", func([]string) bool { return true })
 	if err != nil {
 		return err
 	}
 	defer e.Close()
 	id := "demo-" + time.Now().UTC().Format("20060102-150405")
-	dir := filepath.Join(cfg.data, "demo", id)
+	dir := filepath.Join(e.cfg.data, "demo", id)
 	src, dst := filepath.Join(dir, "project"), filepath.Join(dir, "restored")
-	fmt.Printf("data directory %s (SQLite + local blobs), computer %s\n\n", cfg.data, id)
+	fmt.Printf("data directory %s (SQLite + local blobs), computer %s\n\n", e.cfg.data, id)
 
 	if err := writeDemoProject(src); err != nil {
 		return err
@@ -107,7 +103,7 @@ func runDemo(ctx context.Context, args []string) error {
 	for _, ch := range changes {
 		fmt.Printf("  %s %s\n", ch.Kind, ch.Path)
 	}
-	fmt.Printf("\nok. Try: go run ./cmd/bothy log -c %s --data %s\n", id, cfg.data)
+	fmt.Printf("\nok. Try: go run ./cmd/bothy log -c %s --data %s\n", id, e.cfg.data)
 	return nil
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"flag"
 	"fmt"
 	"os"
@@ -90,11 +89,9 @@ func (e *env) ensureTenant(ctx context.Context, id string) (*bothy.Tenant, error
 	if bothy.ErrorCode(err) != bothy.ENOTFOUND {
 		return t, err
 	}
-	key := make([]byte, 32)
-	if _, err := rand.Read(key); err != nil {
+	if t, err = bothy.NewTenant(id, id); err != nil {
 		return nil, err
 	}
-	t = &bothy.Tenant{ID: id, Name: id, HashKey: key}
 	if err := e.store.CreateTenant(ctx, t); bothy.ErrorCode(err) == bothy.ECONFLICT {
 		return e.store.FindTenant(ctx, id)
 	} else if err != nil {
@@ -130,15 +127,7 @@ func (e *env) snapshot(ctx context.Context, c *bothy.Computer, n int64) (*checkp
 	if n == 0 {
 		n = c.Revision
 	}
-	if n == 0 {
-		snap, err := repo.Open(ctx, "", nil)
-		return repo, snap, err
-	}
-	rev, err := e.store.FindRevision(ctx, e.tenant.ID, c.ID, n)
-	if err != nil {
-		return nil, nil, err
-	}
-	snap, err := repo.Open(ctx, rev.RootDigest, rev.Packs)
+	snap, _, err := repo.OpenRevision(ctx, e.store, c.ID, n)
 	return repo, snap, err
 }
 
@@ -154,4 +143,19 @@ func parseFlags(fs *flag.FlagSet, cfg *config, args []string) ([]string, error) 
 		return nil, err
 	}
 	return fs.Args(), nil
+}
+
+// openVerb parses a verb's flags and the common ones, checks the arguments
+// with ok (a failure is a usage error), and opens the data directory. The
+// caller closes the returned env.
+func openVerb(ctx context.Context, fs *flag.FlagSet, args []string, usage string, ok func(args []string) bool) (*env, []string, error) {
+	var cfg config
+	args, err := parseFlags(fs, &cfg, args)
+	if err != nil {
+		return nil, nil, err
+	} else if !ok(args) {
+		return nil, nil, bothy.Errorf(bothy.EINVALID, "usage: %s", usage)
+	}
+	e, err := openEnv(ctx, cfg)
+	return e, args, err
 }

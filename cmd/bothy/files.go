@@ -18,24 +18,17 @@ func (e *env) files() bothy.FileService {
 }
 
 func runLs(ctx context.Context, args []string) error {
-	var cfg config
 	fs := flag.NewFlagSet("ls", flag.ContinueOnError)
 	id := fs.String("c", "", "computer id")
-	args, err := parseFlags(fs, &cfg, args)
-	if err != nil {
-		return err
-	} else if *id == "" || len(args) > 1 {
-		return bothy.Errorf(bothy.EINVALID, "usage: bothy ls -c ID [PATH]")
-	}
-	p := "/"
-	if len(args) == 1 {
-		p = args[0]
-	}
-	e, err := openEnv(ctx, cfg)
+	e, args, err := openVerb(ctx, fs, args, "bothy ls -c ID [PATH]", func(args []string) bool { return *id != "" && len(args) <= 1 })
 	if err != nil {
 		return err
 	}
 	defer e.Close()
+	p := "/"
+	if len(args) == 1 {
+		p = args[0]
+	}
 	infos, err := e.files().ReadDir(ctx, e.tenant.ID, *id, p, bothy.ReadDirOptions{})
 	if err != nil {
 		return err
@@ -54,16 +47,9 @@ func runLs(ctx context.Context, args []string) error {
 }
 
 func runCat(ctx context.Context, args []string) error {
-	var cfg config
 	fs := flag.NewFlagSet("cat", flag.ContinueOnError)
 	id := fs.String("c", "", "computer id")
-	args, err := parseFlags(fs, &cfg, args)
-	if err != nil {
-		return err
-	} else if *id == "" || len(args) != 1 {
-		return bothy.Errorf(bothy.EINVALID, "usage: bothy cat -c ID PATH")
-	}
-	e, err := openEnv(ctx, cfg)
+	e, args, err := openVerb(ctx, fs, args, "bothy cat -c ID PATH", func(args []string) bool { return *id != "" && len(args) == 1 })
 	if err != nil {
 		return err
 	}
