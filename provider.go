@@ -22,9 +22,10 @@ type Provider interface {
 	Name() string
 
 	// Start prepares a sandbox for a lease over spec.Workspace and returns
-	// its handle. It starts no command. The provider may take ownership of
-	// the workspace directory for the lease (bwrap chowns it to the lease's
-	// uid). A spec that fails Validate is EINVALID. If Start fails it leaves
+	// its handle. It starts no command; the sandbox it sets up (namespaces,
+	// /tmp, an init) outlives the process that called Start, until Stop.
+	// The provider may take ownership of the workspace directory for the
+	// lease (bwrap chowns it to the lease's uid). A spec that fails Validate is EINVALID. If Start fails it leaves
 	// nothing behind.
 	Start(ctx context.Context, spec LeaseSpec) (*SandboxHandle, error)
 
@@ -35,18 +36,23 @@ type Provider interface {
 	// that escapes the workspace is EINVALIDPATH, a stopped sandbox is
 	// ENOTFOUND).
 	//
-	// Every process the command starts is killed when its main process
-	// exits, when spec.Timeout passes (SIGTERM to the whole tree, then
-	// SIGKILL after the provider's grace period; TimedOut is set), or when
-	// ctx is done (the tree is killed and Exec returns ctx's error). Exec
-	// returns only once its output has been copied to spec.Stdout and
-	// spec.Stderr; it never closes spec.Stdin. Several Execs may run at
-	// once in one sandbox.
+	// The command ends when its main process exits. What it left running
+	// then (a server started with `&`, a nohup or setsid child) goes on
+	// in the sandbox, visible to later commands (a listener on 127.0.0.1
+	// answers them), until Stop. When spec.Timeout passes (SIGTERM to the
+	// command's whole tree, children and grandchildren, then SIGKILL after
+	// the provider's grace period; TimedOut is set) or when ctx is done
+	// (the tree is killed and Exec returns ctx's error), nothing the
+	// command started survives. Exec returns once everything the main
+	// process wrote has been copied to spec.Stdout and spec.Stderr; what a
+	// background process writes to them later is discarded, never an
+	// EPIPE. It never closes spec.Stdin. Several Execs may run at once in
+	// one sandbox.
 	Exec(ctx context.Context, h *SandboxHandle, spec ExecSpec) (*ExecResult, error)
 
-	// Stop kills every process of the sandbox, releases what Start took
-	// (cgroups, mounts, uids, state directories) and proves that nothing
-	// remains. It always returns a Residue, empty when teardown is proven
+	// Stop kills every process of the sandbox, background ones included,
+	// releases what Start took (cgroups, mounts, uids, state directories)
+	// and proves that nothing remains. It always returns a Residue, empty when teardown is proven
 	// complete; a non-empty Residue comes with an error, and the lease
 	// should then be quarantined. Stop is idempotent: stopping a stopped
 	// sandbox returns an empty Residue and no error. The workspace
@@ -54,9 +60,11 @@ type Provider interface {
 	Stop(ctx context.Context, h *SandboxHandle) (*Residue, error)
 
 	// Recover reattaches to a sandbox from an encoded handle (from
-	// SandboxHandle.Encode), as a restarted agent does. A malformed handle,
-	// an unknown version or another provider's handle is EINVALID; a
-	// sandbox that no longer exists is ENOTFOUND.
+	// SandboxHandle.Encode), as a restarted agent or a per-lease
+	// supervisor does: the same sandbox, with the background processes
+	// that earlier commands left. A malformed handle, an unknown version
+	// or another provider's handle is EINVALID; a sandbox that no longer
+	// exists is ENOTFOUND.
 	Recover(ctx context.Context, handle []byte) (*SandboxHandle, error)
 }
 

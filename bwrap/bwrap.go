@@ -8,22 +8,33 @@
 //     used only for cgroup.kill and an exact list of a command's processes;
 //   - each lease has its own unprivileged host uid, allocated from a range
 //     (200000 upwards by default), and the workspace is chowned to it;
-//   - a command starts as a root /bin/sh trampoline that writes its own pid
-//     to the cgroup.procs files and then execs setpriv, which drops to the
-//     lease's uid with no groups and no capabilities (inheritable,
-//     bounding) and execs bwrap. bwrap itself never runs as root: started
-//     by root it would keep every capability;
-//   - bwrap unshares every namespace, so a command sees only a loopback
-//     interface (no egress), a read-only /usr and /etc, its own /proc,
-//     /dev and /tmp, and the workspace read-write at /workspace.
+//   - one lease is one sandbox: Start runs one bwrap, detached from the
+//     caller, through a root /bin/sh trampoline that writes its pid to the
+//     lease's cgroups and then setpriv, which drops to the lease's uid with
+//     no groups and no capabilities (inheritable, bounding). bwrap itself
+//     never runs as root: started by root it would keep every capability.
+//     bwrap unshares every namespace (user, mount, pid, net, ipc, uts,
+//     cgroup), so the sandbox has only a loopback interface (no egress), a
+//     read-only /usr and /etc, its own /proc, /dev and /tmp, and the
+//     workspace read-write at /workspace. Its pid 1 is a small perl init
+//     (holderInit) that reaps orphans and lives until Stop; the handle
+//     records its host pid and start time;
+//   - a command starts as the same root trampoline, into its own cgroup,
+//     then setpriv (no groups, no_new_privs) and nsenter, which enters the
+//     sandbox's namespaces and root and becomes the lease's uid there.
+//     After exec it has no capabilities; its bounding set is full but
+//     bound to the sandbox's user namespace, and no_new_privs keeps file
+//     capabilities and set-uid programs from filling the others. A bash
+//     wrapper reads the environment from a pipe and changes to the
+//     working directory before it execs the command.
+//
+// So processes that a command leaves in the background, its /tmp and its
+// listening sockets on 127.0.0.1 are there for the next command of the
+// lease, until Stop.
 //
 // The workspace is bind-mounted under the provider's state directory first,
 // because bwrap opens its source as the lease's uid, which may not be able
 // to traverse the caller's directories.
-//
-// Each command is its own bwrap with its own pid namespace, so nothing a
-// command starts outlives it: background processes do not survive into the
-// next command (a per-lease supervisor will change that).
 package bwrap
 
 import (
@@ -76,8 +87,9 @@ type Options struct {
 	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
 	// cancel; zero means process.DefaultKillGrace.
 	KillGrace time.Duration
-	// Bwrap and Setpriv are the programs' paths; empty means a PATH lookup.
-	Bwrap, Setpriv string
+	// Bwrap, Setpriv and Nsenter are the programs' paths; empty means a
+	// PATH lookup.
+	Bwrap, Setpriv, Nsenter string
 }
 
 // Provider runs each lease in bubblewrap under its own uid and cgroups. It
@@ -92,10 +104,15 @@ type state struct {
 	UID     int         `json:"uid"`
 	Dir     string      `json:"dir"` // the lease's directory under StateDir
 	Cgroups cgroupPaths `json:"cgroups"`
+	// Holder is the host pid of the sandbox's pid 1 and HolderStart its
+	// start time (in clock ticks since boot, /proc/PID/stat field 22).
+	Holder      int    `json:"holder"`
+	HolderStart uint64 `json:"holder_start"`
 }
 
 // New checks the host's prerequisites and returns a Provider. It fails
-// with an error naming everything missing: root, bwrap, setpriv, the cgroup
+// with an error naming everything missing: root, bwrap, setpriv, nsenter,
+// bash, perl (the sandbox's init), the cgroup
 // v1 memory, pids and cpu controllers, cgroup.kill in the v2 hierarchy, or
 // a state directory bwrap can traverse.
 func New(opt Options) (*Provider, error) {
@@ -131,8 +148,11 @@ func New(opt Options) (*Provider, error) {
 	}
 	lookup(&opt.Bwrap, "bwrap")
 	lookup(&opt.Setpriv, "setpriv")
-	if _, err := os.Stat("/bin/sh"); err != nil {
-		missing = append(missing, "/bin/sh")
+	lookup(&opt.Nsenter, "nsenter")
+	for _, prog := range []string{"/bin/sh", "/bin/bash", "/usr/bin/perl"} {
+		if _, err := os.Stat(prog); err != nil {
+			missing = append(missing, prog)
+		}
 	}
 	if len(missing) == 0 {
 		missing = append(missing, opt.prepare()...)
@@ -183,7 +203,7 @@ func (o *Options) prepare() []string {
 func (p *Provider) Name() string { return Name }
 
 // Start allocates the lease's uid, bind-mounts and chowns its workspace,
-// and creates its cgroups with the limits.
+// creates its cgroups with the limits and starts its sandbox.
 func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -198,7 +218,7 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 		return nil, fmt.Errorf("create lease dir: %w", err)
 	}
 	st.Cgroups = p.cgroups(spec.LeaseID)
-	h, err := p.start(spec, st)
+	h, err := p.start(ctx, spec, st)
 	if err != nil {
 		p.teardown(st)
 		return nil, err
@@ -215,7 +235,7 @@ func (p *Provider) cgroups(leaseID string) cgroupPaths {
 	return c
 }
 
-func (p *Provider) start(spec bothy.LeaseSpec, st *state) (*bothy.SandboxHandle, error) {
+func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (*bothy.SandboxHandle, error) {
 	uid, err := p.allocateUID(spec.LeaseID)
 	if err != nil {
 		return nil, err
@@ -267,6 +287,9 @@ func (p *Provider) start(spec bothy.LeaseSpec, st *state) (*bothy.SandboxHandle,
 		if err := writeFile(filepath.Join(cpu, "cpu.cfs_quota_us"), strconv.FormatInt(l.CPUMillis*100, 10)); err != nil {
 			return nil, err
 		}
+	}
+	if err := p.startHolder(ctx, st); err != nil {
+		return nil, err
 	}
 	h, err := bothy.NewSandboxHandle(Name, spec, st)
 	if err != nil {
@@ -320,6 +343,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 		// Remove only empty directories: if the unmount silently failed,
 		// RemoveAll would delete the workspace through the mount.
 		os.Remove(mnt)
+		os.Remove(filepath.Join(st.Dir, "holder.log"))
 		os.Remove(st.Dir)
 		if exists(st.Dir) {
 			res.Paths = append(res.Paths, st.Dir)
@@ -327,12 +351,18 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 	}
 
 	if st.UID != 0 {
-		if pids := processesOf(st.UID); len(pids) > 0 {
+		// The sandbox's pid 1 takes a moment to exit: the kernel has it
+		// wait until every process of its pid namespace is reaped.
+		deadline := time.Now().Add(5 * time.Second)
+		for pids := processesOf(st.UID); len(pids) > 0; pids = processesOf(st.UID) {
+			if time.Now().After(deadline) {
+				res.Processes = pids
+				break
+			}
 			for _, pid := range pids {
 				unix.Kill(pid, unix.SIGKILL)
 			}
-			time.Sleep(50 * time.Millisecond)
-			res.Processes = processesOf(st.UID)
+			time.Sleep(10 * time.Millisecond)
 		}
 		// A uid is reused only once nothing of this lease is left.
 		if res.Empty() {
@@ -342,8 +372,8 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 	return res
 }
 
-// Recover checks that the lease's cgroups, mount and uid are still in
-// place and returns the handle.
+// Recover checks that the lease's cgroups, mount, uid and sandbox (the same
+// pid 1, by pid and start time) are still in place and returns the handle.
 func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHandle, error) {
 	h, err := bothy.DecodeSandboxHandle(handle, Name)
 	if err != nil {
@@ -364,12 +394,15 @@ func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHa
 	if b, err := os.ReadFile(p.uidFile(st.UID)); err != nil || string(b) != h.LeaseID {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (uid %d not held)", h.LeaseID, st.UID)
 	}
+	if startTime(st.Holder) != st.HolderStart {
+		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (its init %d has ended)", h.LeaseID, st.Holder)
+	}
 	return h, nil
 }
 
 func decodeState(h *bothy.SandboxHandle) (*state, error) {
 	var st state
-	if err := json.Unmarshal(h.State, &st); err != nil || st.Dir == "" || st.Cgroups.Unified == "" || len(st.Cgroups.V1) != len(controllers) {
+	if err := json.Unmarshal(h.State, &st); err != nil || st.Dir == "" || st.Cgroups.Unified == "" || len(st.Cgroups.V1) != len(controllers) || st.Holder <= 0 {
 		return nil, bothy.Errorf(bothy.EINVALID, "sandbox handle of lease %s has no valid bwrap state", h.LeaseID)
 	}
 	return &st, nil
@@ -419,8 +452,8 @@ func chownTree(root string, uid int) error {
 
 // processesOf returns the pids of live host processes whose real uid is
 // uid. Zombies are left out: they run nothing and hold nothing but a pid,
-// and the one a command leaves (bwrap's init in the sandbox, orphaned when
-// the bwrap monitor exits first) is reaped by the host's init.
+// and the one a sandbox leaves (its pid 1, orphaned when the bwrap monitor
+// is killed first) is reaped by the host's init.
 func processesOf(uid int) []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int

@@ -2,6 +2,7 @@ package bwrap_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,7 +65,11 @@ func TestProvider_Isolation(t *testing.T) {
 		}
 	})
 	t.Run("NoCapabilities", func(t *testing.T) {
-		res, out, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Script: "grep -E '^Cap(Inh|Prm|Eff|Bnd|Amb):' /proc/self/status"})
+		// The bounding set is full: entering the sandbox's user namespace
+		// fills it, and once the command runs nothing can empty it. It is
+		// bound to that namespace, and no_new_privs keeps file
+		// capabilities and set-uid programs from drawing on it.
+		res, out, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Script: "grep -E '^(Cap(Inh|Prm|Eff|Amb)|NoNewPrivs):' /proc/self/status"})
 		if res.ExitCode != 0 {
 			t.Fatalf("result %+v", res)
 		}
@@ -72,8 +78,12 @@ func TestProvider_Isolation(t *testing.T) {
 			t.Fatalf("status lines %q", out)
 		}
 		for _, l := range lines {
-			if f := strings.Fields(l); len(f) != 2 || f[1] != "0000000000000000" {
-				t.Errorf("capability set not empty: %q", l)
+			f := strings.Fields(l)
+			if len(f) == 2 && f[0] == "NoNewPrivs:" && f[1] == "1" {
+				continue
+			}
+			if len(f) != 2 || f[1] != "0000000000000000" {
+				t.Errorf("capability set not empty or no_new_privs unset: %q", l)
 			}
 		}
 	})
@@ -233,5 +243,42 @@ func TestProvider_Stop(t *testing.T) {
 	}
 	if _, err := p.Recover(context.Background(), b); bothy.ErrorCode(err) != bothy.ENOTFOUND {
 		t.Fatalf("Recover after Stop: %v, want %s", err, bothy.ENOTFOUND)
+	}
+}
+
+func TestProvider_RecoverEnded(t *testing.T) {
+	p := newProvider(t)
+	h, _ := providertest.Start(t, p, bothy.LeaseSpec{})
+	var st struct{ Holder int }
+	if err := json.Unmarshal(h.State, &st); err != nil || st.Holder <= 0 {
+		t.Fatalf("state %s: %v", h.State, err)
+	}
+	// Only the host can end the sandbox's init.
+	if err := syscall.Kill(st.Holder, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := h.Encode()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := p.Recover(context.Background(), b)
+		if bothy.ErrorCode(err) == bothy.ENOTFOUND {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("Recover after the sandbox's init ended: %v, want %s", err, bothy.ENOTFOUND)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := p.Exec(context.Background(), h, bothy.ExecSpec{Argv: []string{"true"}}); bothy.ErrorCode(err) != bothy.ENOTFOUND {
+		t.Fatalf("Exec after the sandbox's init ended: %v, want %s", err, bothy.ENOTFOUND)
+	}
+}
+
+func TestProvider_InitUnkillable(t *testing.T) {
+	p := newProvider(t)
+	h, _ := providertest.Start(t, p, bothy.LeaseSpec{})
+	providertest.Exec(t, p, h, bothy.ExecSpec{Script: "kill -9 1; kill -9 -1; sleep 1"})
+	res, out, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Argv: []string{"echo", "alive"}})
+	if res.ExitCode != 0 || out != "alive\n" {
+		t.Fatalf("after kill -9 -1 in the sandbox: result %+v stdout %q", res, out)
 	}
 }

@@ -91,20 +91,19 @@ func populated(dir string) bool {
 
 // signalLeaf sends sig to every process of a unified command leaf. SIGKILL
 // goes through cgroup.kill, which reaches processes forked meanwhile too.
-// Other signals spare the bwrap monitor processes: SIGTERM to them would
-// end the sandbox at once and take the command's grace period away.
-func signalLeaf(leaf string, sig syscall.Signal) {
+// Other signals spare the command's main process (the nsenter that waits
+// for the command, given as spare): it forwards no signal, so SIGTERM to it
+// would end Exec at once and take the command's grace period away.
+func signalLeaf(leaf string, sig syscall.Signal, spare int) {
 	if sig == syscall.SIGKILL {
 		os.WriteFile(filepath.Join(leaf, "cgroup.kill"), []byte("1"), 0)
 		return
 	}
 	pids, _ := readPids(filepath.Join(leaf, "cgroup.procs"))
 	for _, pid := range pids {
-		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		if strings.TrimSpace(string(comm)) == "bwrap" {
-			continue
+		if pid != spare {
+			syscall.Kill(pid, sig)
 		}
-		syscall.Kill(pid, sig)
 	}
 }
 

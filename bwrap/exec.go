@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,13 +25,26 @@ import (
 // Exit status 125 means a cgroup could not be entered (a Stop raced).
 const trampoline = `for f; do [ "$f" = -- ] && break; echo $$ > "$f" || { echo "bothy: cannot enter cgroup $f" >&2; exit 125; }; shift; done; shift; exec "$@"`
 
-// argsFD is the descriptor that carries bwrap's --setenv options, so that
-// environment values never appear in a command line (which every user of
-// the host can read) nor in the environment of the root trampoline.
-const argsFD = 3
+// envFD is the descriptor that carries the command's environment as
+// NUL-terminated NAME=value pairs, so that environment values never appear
+// in a command line (which every user of the host can read) nor in the
+// environment of the root trampoline. nsFD is the first of the holder's
+// namespace descriptors (in the order of namespaces), then its root.
+const (
+	envFD = 3
+	nsFD  = 4
+)
 
-// Exec runs the command in a new bwrap in the lease's cgroups as the
-// lease's uid.
+// wrapper runs in the sandbox as the lease's uid: it sets the environment
+// from envFD, closes the descriptors it was given, changes to the working
+// directory ($1) and execs the command. Exit status 126 means the working
+// directory could not be entered.
+const wrapper = `while IFS= read -r -d '' kv; do export "$kv"; done <&3; unset OLDPWD; exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&- 9<&- 10<&- 11<&-; cd -- "$1" || exit 126; shift; exec "$@"`
+
+// Exec enters the lease's sandbox with nsenter, in a cgroup of its own, as
+// the lease's uid. If the command ends on its own, what it left running
+// stays, in its cgroup, until Stop; at a timeout or cancel its whole
+// cgroup is killed.
 func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.ExecSpec) (*bothy.ExecResult, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -45,30 +59,48 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 			return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is not running", h.LeaseID)
 		}
 	}
+	holder, err := openHolder(h, st)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, f := range holder {
+			f.Close()
+		}
+	}()
+	sweepLeaves(st.Cgroups.Unified)
 
 	leaf := filepath.Join(st.Cgroups.Unified, "x"+randomHex(8))
 	if err := os.Mkdir(leaf, 0o755); err != nil {
 		return nil, fmt.Errorf("create command cgroup: %w", err)
 	}
+	var res *bothy.ExecResult
 	defer func() {
-		signalLeaf(leaf, syscall.SIGKILL)
-		waitEmpty(leaf, 5*time.Second)
-		removeCgroup(leaf, 2*time.Second)
+		if res == nil || res.TimedOut || err != nil {
+			signalLeaf(leaf, syscall.SIGKILL, 0)
+			waitEmpty(leaf, 5*time.Second)
+			removeCgroup(leaf, 2*time.Second)
+		} else {
+			// A leaf that still holds the command's background stays
+			// until it empties (sweepLeaves) or until Stop.
+			syscall.Rmdir(leaf)
+		}
 	}()
 
-	argsR, argsW, err := os.Pipe()
+	envR, envW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
-	defer argsR.Close()
+	defer envR.Close()
 	go func() {
-		argsW.Write(envArgs(h.Env, spec.Env))
-		argsW.Close()
+		envW.Write(envPairs(h.Env, spec.Env))
+		envW.Close()
 	}()
 
 	cmd := exec.Command("/bin/sh", p.argv(st, leaf, cwd, spec)...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.ExtraFiles = []*os.File{argsR} // argsFD
+	cmd.Dir = "/"
+	cmd.ExtraFiles = append([]*os.File{envR}, holder...) // envFD, nsFD...
 	// Nothing runs in the agent's session: a command cannot reach its
 	// terminal, and the agent's job control never signals a command.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -76,9 +108,11 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	oomPath := filepath.Join(st.Cgroups.V1["memory"], "memory.oom_control")
 	pidsPath := filepath.Join(st.Cgroups.V1["pids"], "pids.events")
 	oomBefore, pidsBefore := readCounter(oomPath, "oom_kill"), readCounter(pidsPath, "max")
-	res, err := process.Run(ctx, cmd, spec, process.RunOptions{
-		Grace:  p.opt.KillGrace,
-		Signal: func(sig syscall.Signal) { signalLeaf(leaf, sig) },
+	var mainPid int
+	res, err = process.Run(ctx, cmd, spec, process.RunOptions{
+		Grace:   p.opt.KillGrace,
+		Started: func(pid int) { mainPid = pid },
+		Signal:  func(sig syscall.Signal) { signalLeaf(leaf, sig, mainPid) },
 	})
 	if res != nil {
 		res.OOMKilled = readCounter(oomPath, "oom_kill") > oomBefore
@@ -91,41 +125,30 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 }
 
 // argv returns the arguments of /bin/sh: the trampoline, then setpriv,
-// then bwrap, then the command.
+// then nsenter, then the wrapper and the command.
 func (p *Provider) argv(st *state, leaf, cwd string, spec bothy.ExecSpec) []string {
 	uid := strconv.Itoa(st.UID)
 	args := []string{"-c", trampoline, "sh"}
 	args = append(args, st.Cgroups.procsFiles(leaf)...)
 	args = append(args, "--",
-		p.opt.Setpriv, "--reuid", uid, "--regid", uid, "--clear-groups",
-		"--inh-caps=-all", "--bounding-set=-all", "--",
-		p.opt.Bwrap,
-		"--args", strconv.Itoa(argsFD),
-		"--unshare-all", "--die-with-parent", "--new-session",
-		"--ro-bind", "/usr", "/usr",
-		"--symlink", "usr/bin", "/bin",
-		"--symlink", "usr/sbin", "/sbin",
-		"--symlink", "usr/lib", "/lib",
-		"--symlink", "usr/lib64", "/lib64",
-		"--ro-bind", "/etc", "/etc",
-		"--proc", "/proc",
-		"--dev", "/dev",
-		"--tmpfs", "/tmp",
-		"--bind", filepath.Join(st.Dir, "workspace"), "/workspace",
-		"--chdir", filepath.Join("/workspace", cwd),
-		"--hostname", "bothy",
-		"--",
-	)
+		p.opt.Setpriv, "--clear-groups", "--no-new-privs", "--",
+		p.opt.Nsenter)
+	for i, ns := range namespaces {
+		args = append(args, fmt.Sprintf("%s=/proc/self/fd/%d", ns.option, nsFD+i))
+	}
+	root := fmt.Sprintf("/proc/self/fd/%d", nsFD+len(namespaces))
+	args = append(args, "--root="+root, "--wd="+root,
+		"--setuid", uid, "--setgid", uid, "--",
+		"/bin/bash", "-c", wrapper, "bothy-exec", filepath.Join("/workspace", cwd))
 	if spec.Script != "" {
 		return append(args, "/bin/bash", "-c", spec.Script)
 	}
 	return append(args, spec.Argv...)
 }
 
-// envArgs returns bwrap's NUL-separated options that set the command's
-// environment: a clean base, then the lease's variables, then the
-// command's.
-func envArgs(layers ...map[string]string) []byte {
+// envPairs returns the command's environment as NUL-terminated NAME=value
+// pairs: a clean base, then the lease's variables, then the command's.
+func envPairs(layers ...map[string]string) []byte {
 	env := map[string]string{
 		"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
 		"HOME": "/workspace",
@@ -138,11 +161,25 @@ func envArgs(layers ...map[string]string) []byte {
 		}
 	}
 	var b []byte
-	b = append(b, "--clearenv\x00"...)
 	for _, k := range slices.Sorted(maps.Keys(env)) {
-		b = append(b, "--setenv\x00"+k+"\x00"+env[k]+"\x00"...)
+		b = append(b, k+"="+env[k]+"\x00"...)
 	}
 	return b
+}
+
+// sweepLeaves removes the command cgroups of a lease that have emptied
+// since their command ended. A leaf younger than a minute is left alone: it
+// may be a command's that is starting.
+func sweepLeaves(unified string) {
+	entries, _ := os.ReadDir(unified)
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "x") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
+			syscall.Rmdir(filepath.Join(unified, e.Name()))
+		}
+	}
 }
 
 func randomHex(n int) string {

@@ -8,8 +8,11 @@
 // group with its working directory confined under the workspace (a Cwd that
 // escapes, lexically or through a symlink, is refused), a minimal
 // environment rather than the agent's, and a timeout that kills the whole
-// process group. A process that leaves its group (setsid, a double fork
-// into a new session) escapes even that. Never offer it to tenants who are
+// process group. What a command leaves running in its group goes on until
+// Stop kills the group. A process that leaves its group (setsid, a double
+// fork into a new session) escapes even that; so does one whose group
+// leader a provider of another agent process started (Stop kills only the
+// groups this Provider started). Never offer it to tenants who are
 // not the machine's owner.
 package process
 
@@ -40,7 +43,7 @@ type Provider struct {
 	KillGrace time.Duration
 
 	mu     sync.Mutex
-	leases map[string]map[int]struct{} // lease id → process groups running
+	leases map[string]map[int]struct{} // lease id → process groups that may still run
 }
 
 // New returns a process provider.
@@ -113,8 +116,13 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		},
 		Signal: func(sig syscall.Signal) { syscall.Kill(-pgid, sig) },
 	})
-	if pgid != 0 {
-		waitGroupGone(pgid, time.Second)
+	// A group that still has processes (the command's background) stays
+	// registered for Stop.
+	wait := 10 * time.Millisecond
+	if err != nil || res != nil && res.TimedOut {
+		wait = time.Second // the group was killed; let it go
+	}
+	if pgid != 0 && waitGroupGone(pgid, wait) {
 		p.mu.Lock()
 		delete(groups, pgid)
 		p.mu.Unlock()
@@ -149,8 +157,8 @@ func (p *Provider) Stop(ctx context.Context, h *bothy.SandboxHandle) (*bothy.Res
 	return res, nil
 }
 
-// Recover reattaches to a lease's workspace. No process outlives its Exec,
-// so there is nothing else to find.
+// Recover reattaches to a lease's workspace. It cannot find the background
+// processes that another Provider's commands left running.
 func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHandle, error) {
 	h, err := bothy.DecodeSandboxHandle(handle, Name)
 	if err != nil {

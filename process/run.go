@@ -24,6 +24,11 @@ const DefaultKillGrace = 2 * time.Second
 // its tree has been killed; a process that escaped the tree may hold them.
 const outputGrace = 2 * time.Second
 
+// outputSettle is how long Run waits for the output pipes to close after
+// the main process exited normally, before it detaches them from a
+// background process that still holds them.
+const outputSettle = 20 * time.Millisecond
+
 // RunOptions are the provider's part of Run.
 type RunOptions struct {
 	// Grace is the time between SIGTERM and SIGKILL; zero means
@@ -44,11 +49,15 @@ type RunOptions struct {
 // the providers; cmd's Stdin, Stdout and Stderr are set here.
 //
 // At the timeout, or when ctx is done, Run sends SIGTERM to the tree and
-// SIGKILL after the grace period. When the main process exits, Run sends SIGKILL to
-// the tree so that nothing the command started outlives it. Run returns
-// once the output pipes are drained, or outputGrace after the kill if an
-// escaped process still holds them. If ctx was done, Run returns the result
-// together with ctx's error.
+// SIGKILL after the grace period, and SIGKILL again once the main process
+// has exited, so that nothing of a killed command survives. When the main
+// process exits on its own, Run signals nothing: what the command left
+// running in the background goes on. Run returns once everything the main
+// process wrote has been copied to spec.Stdout and spec.Stderr. If a
+// process that goes on still holds the output pipes, Run detaches them:
+// what it writes later is read and discarded until it closes them, so it
+// never gets EPIPE. If ctx was done, Run returns the result together with
+// ctx's error.
 func Run(ctx context.Context, cmd *exec.Cmd, spec bothy.ExecSpec, opt RunOptions) (*bothy.ExecResult, error) {
 	grace, signal := opt.Grace, opt.Signal
 	if grace <= 0 {
@@ -61,6 +70,7 @@ func Run(ctx context.Context, cmd *exec.Cmd, spec bothy.ExecSpec, opt RunOptions
 		}
 	}()
 	var copies sync.WaitGroup
+	var readers []*os.File // output read ends, closed by their copiers
 	pipeOut := func(dst io.Writer) (*os.File, error) {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -69,8 +79,9 @@ func Run(ctx context.Context, cmd *exec.Cmd, spec bothy.ExecSpec, opt RunOptions
 		if dst == nil {
 			dst = io.Discard
 		}
-		closers = append(closers, r)
-		copies.Go(func() { io.Copy(dst, r) })
+		readers = append(readers, r)
+		copies.Add(1)
+		go copyOutput(dst, r, copies.Done)
 		return w, nil
 	}
 	stdout, err := pipeOut(spec.Stdout)
@@ -80,6 +91,7 @@ func Run(ctx context.Context, cmd *exec.Cmd, spec bothy.ExecSpec, opt RunOptions
 	stderr, err := pipeOut(spec.Stderr)
 	if err != nil {
 		stdout.Close()
+		readers[0].Close()
 		return nil, err
 	}
 	childEnds := []*os.File{stdout, stderr}
@@ -89,6 +101,7 @@ func Run(ctx context.Context, cmd *exec.Cmd, spec bothy.ExecSpec, opt RunOptions
 		if err != nil {
 			stdout.Close()
 			stderr.Close()
+			detach(readers)
 			return nil, fmt.Errorf("pipe: %w", err)
 		}
 		closers = append(closers, w)
@@ -106,6 +119,8 @@ func Run(ctx context.Context, cmd *exec.Cmd, spec bothy.ExecSpec, opt RunOptions
 		f.Close()
 	}
 	if err != nil {
+		detach(readers)
+		copies.Wait()
 		return nil, fmt.Errorf("start command: %w", err)
 	}
 	if opt.Started != nil {
@@ -152,16 +167,18 @@ wait:
 		}
 	}
 	res.Duration = time.Since(start)
-	signal(syscall.SIGKILL)
+	settle := outputSettle
+	if res.TimedOut || ctxErr != nil {
+		signal(syscall.SIGKILL)
+		settle = outputGrace
+	}
 
 	drained := make(chan struct{})
 	go func() { copies.Wait(); close(drained) }()
 	select {
 	case <-drained:
-	case <-time.After(outputGrace):
-		for _, f := range closers {
-			f.Close()
-		}
+	case <-time.After(settle):
+		detach(readers)
 		<-drained
 	}
 
@@ -179,4 +196,62 @@ wait:
 		return res, fmt.Errorf("run command: %w", ctxErr)
 	}
 	return res, nil
+}
+
+// copyOutput copies r to dst until EOF, or until detach sets a past read
+// deadline on r: it then copies what r still buffers (all that was written
+// before the detach), calls done, and reads and discards the rest until
+// EOF, so that a writer that outlives the command never gets EPIPE.
+func copyOutput(dst io.Writer, r *os.File, done func()) {
+	defer r.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			dst.Write(buf[:n])
+		}
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			done()
+			return
+		}
+		r.SetReadDeadline(time.Time{})
+		eof := drainBuffered(dst, r, buf)
+		done()
+		if !eof {
+			io.Copy(io.Discard, r)
+		}
+		return
+	}
+}
+
+// drainBuffered copies what the pipe r holds now to dst without blocking
+// and reports whether it reached EOF.
+func drainBuffered(dst io.Writer, r *os.File, buf []byte) (eof bool) {
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return false
+	}
+	rc.Read(func(fd uintptr) bool {
+		for {
+			n, err := unix.Read(int(fd), buf)
+			if n > 0 {
+				dst.Write(buf[:n])
+				continue
+			}
+			eof = n == 0 && err == nil
+			return true
+		}
+	})
+	return eof
+}
+
+// detach makes the copiers of readers hand over what is buffered and stop
+// writing to their destinations.
+func detach(readers []*os.File) {
+	for _, r := range readers {
+		r.SetReadDeadline(time.Now().Add(-time.Second))
+	}
 }

@@ -43,6 +43,7 @@ func TestProvider(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 	t.Run("Exec", func(t *testing.T) { testExec(t, newProvider) })
 	t.Run("Workspace", func(t *testing.T) { testWorkspace(t, newProvider) })
 	t.Run("Kill", func(t *testing.T) { testKill(t, newProvider) })
+	t.Run("Background", func(t *testing.T) { testBackground(t, newProvider) })
 	t.Run("Stop", func(t *testing.T) { testStop(t, newProvider) })
 	t.Run("Recover", func(t *testing.T) { testRecover(t, newProvider) })
 	t.Run("Validate", func(t *testing.T) { testValidate(t, newProvider) })
@@ -199,16 +200,13 @@ func testKill(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 		}
 		WantNoProcess(t, m)
 	})
-	t.Run("NothingOutlivesCommand", func(t *testing.T) {
+	t.Run("CancelKillsTree", func(t *testing.T) {
 		m := Marker()
-		start := time.Now()
-		res, out, _ := Exec(t, p, h, bothy.ExecSpec{Script: fmt.Sprintf("sleep %s & (sleep %s &); echo started", m, m)})
-		wantExit(t, res, 0)
-		if out != "started\n" {
-			t.Fatalf("stdout %q", out)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Fatalf("a command that left background processes took %v", d)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		_, err := p.Exec(ctx, h, bothy.ExecSpec{Script: fmt.Sprintf("(sleep %s &); sleep %s & sleep %s", m, m, m), Timeout: 20 * time.Second})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("error %v, want context.DeadlineExceeded", err)
 		}
 		WantNoProcess(t, m)
 	})
@@ -219,6 +217,55 @@ func testKill(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 		_, err := p.Exec(ctx, h, bothy.ExecSpec{Script: fmt.Sprintf("sleep %s & sleep %s", m, m), Timeout: 20 * time.Second})
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("error %v, want context.DeadlineExceeded", err)
+		}
+		WantNoProcess(t, m)
+	})
+}
+
+// testBackground checks that what a command leaves running when it exits
+// on its own is there for the next command, until Stop.
+func testBackground(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
+	p := newProvider(t)
+	h, _ := Start(t, p, bothy.LeaseSpec{})
+	m := Marker()
+
+	t.Run("Survives", func(t *testing.T) {
+		start := time.Now()
+		// The second sleep keeps the output pipes open: Exec returns anyway.
+		res, out, _ := Exec(t, p, h, bothy.ExecSpec{Script: fmt.Sprintf("sleep %s >/dev/null 2>&1 & echo $! > bg.pid; (sleep %s &); echo started", m, m)})
+		wantExit(t, res, 0)
+		if out != "started\n" {
+			t.Fatalf("stdout %q", out)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("a command that left background processes took %v", d)
+		}
+		res, out, errOut := Exec(t, p, h, bothy.ExecSpec{Script: `kill -0 "$(cat bg.pid)" && echo alive`})
+		if res.ExitCode != 0 || out != "alive\n" {
+			t.Fatalf("the background process of the previous command: result %+v stdout %q stderr %q", res, out, errOut)
+		}
+		if pids := Processes(m); len(pids) != 2 {
+			t.Fatalf("background processes %v, want 2", pids)
+		}
+	})
+	t.Run("ServerAnswers", func(t *testing.T) {
+		port := 20000 + int(time.Now().UnixNano()%40000)
+		server := fmt.Sprintf(`command -v perl >/dev/null || exit 77
+perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:%d", Listen => 5, ReuseAddr => 1) or die "listen: $!"; while ($c = $s->accept) { print $c "pong\n"; close $c }' >/dev/null 2>&1 &`, port)
+		res, _, errOut := Exec(t, p, h, bothy.ExecSpec{Script: server})
+		if res.ExitCode == 77 {
+			t.Skip("no perl to listen with")
+		}
+		wantExit(t, res, 0)
+		client := fmt.Sprintf(`for i in $(seq 100); do exec 3<>/dev/tcp/127.0.0.1/%d && break; sleep 0.05; done 2>/dev/null; cat <&3`, port)
+		res, out, errOut := Exec(t, p, h, bothy.ExecSpec{Script: client, Timeout: 20 * time.Second})
+		if res.ExitCode != 0 || out != "pong\n" {
+			t.Fatalf("the server of the previous command: result %+v stdout %q stderr %q", res, out, errOut)
+		}
+	})
+	t.Run("StopKillsBackground", func(t *testing.T) {
+		if res, err := p.Stop(context.Background(), h); err != nil || !res.Empty() {
+			t.Fatalf("Stop: residue %+v, error %v", res, err)
 		}
 		WantNoProcess(t, m)
 	})
@@ -267,6 +314,8 @@ func testRecover(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	res, _, _ := Exec(t, p, h, bothy.ExecSpec{Script: fmt.Sprintf("sleep %s >/dev/null 2>&1 & echo $! > bg.pid", Marker())})
+	wantExit(t, res, 0)
 
 	t.Run("OK", func(t *testing.T) {
 		p2 := newProvider(t)
@@ -284,6 +333,11 @@ func testRecover(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 		}
 		if got, _ := os.ReadFile(filepath.Join(ws, "recovered.txt")); string(got) != "yes\n" {
 			t.Fatalf("host file %q", got)
+		}
+		// The same sandbox: a background process from before is there.
+		res, out, errOut := Exec(t, p2, h2, bothy.ExecSpec{Script: `kill -0 "$(cat bg.pid)" && echo alive`})
+		if res.ExitCode != 0 || out != "alive\n" {
+			t.Fatalf("background process after Recover: result %+v stdout %q stderr %q", res, out, errOut)
 		}
 	})
 	t.Run("ErrInvalid", func(t *testing.T) {
