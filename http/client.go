@@ -97,6 +97,7 @@ func decodeError(resp *nethttp.Response) error {
 		nethttp.StatusBadRequest: bothy.EINVALID, nethttp.StatusUnauthorized: bothy.EUNAUTHORIZED,
 		nethttp.StatusForbidden: bothy.EFORBIDDEN, nethttp.StatusNotFound: bothy.ENOTFOUND,
 		nethttp.StatusConflict: bothy.ECONFLICT, nethttp.StatusRequestEntityTooLarge: bothy.ETOOLARGE,
+		nethttp.StatusServiceUnavailable: bothy.EUNAVAILABLE,
 	}[resp.StatusCode]
 	if code == "" {
 		code = bothy.EINTERNAL

@@ -79,9 +79,18 @@ func (s *Server) handleGetComputer(w nethttp.ResponseWriter, r *nethttp.Request,
 	return nil
 }
 
-// handleStopComputer stops a computer. Without runtimes every computer is
-// cold, so stopping returns it unchanged; a destroyed one is ECONFLICT.
+// handleStopComputer stops a computer through the ComputeService. Without
+// one every computer is cold, so stopping returns it unchanged; a destroyed
+// one is ECONFLICT.
 func (s *Server) handleStopComputer(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
+	if s.compute != nil {
+		c, err := s.compute.StopComputer(r.Context(), p.TenantID, r.PathValue("id"))
+		if err != nil {
+			return err
+		}
+		writeJSON(w, nethttp.StatusOK, c)
+		return nil
+	}
 	c, err := s.store.FindComputer(r.Context(), p.TenantID, r.PathValue("id"))
 	if err != nil {
 		return err
@@ -92,11 +101,20 @@ func (s *Server) handleStopComputer(w nethttp.ResponseWriter, r *nethttp.Request
 	return nil
 }
 
-// handleDestroyComputer marks a computer destroyed: its files answer
+// handleDestroyComputer marks a computer destroyed, through the
+// ComputeService if there is one (which stops it first): its files answer
 // not_found from then on, and destroying it again returns it as is. Its
 // packs are left to garbage collection.
 func (s *Server) handleDestroyComputer(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
 	ctx, id := r.Context(), r.PathValue("id")
+	if s.compute != nil {
+		c, err := s.compute.DestroyComputer(ctx, p.TenantID, id)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, nethttp.StatusOK, c)
+		return nil
+	}
 	c, err := s.store.FindComputer(ctx, p.TenantID, id)
 	if err != nil {
 		return err

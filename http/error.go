@@ -24,6 +24,7 @@ var statuses = map[string]int{
 	bothy.EISDIR:        nethttp.StatusConflict,
 	bothy.ENOTEMPTY:     nethttp.StatusConflict,
 	bothy.ETOOLARGE:     nethttp.StatusRequestEntityTooLarge,
+	bothy.EUNAVAILABLE:  nethttp.StatusServiceUnavailable,
 	bothy.ECORRUPT:      nethttp.StatusInternalServerError,
 	bothy.EINTERNAL:     nethttp.StatusInternalServerError,
 }

@@ -1,7 +1,8 @@
 // Package http is bothy's public API v1 over HTTP: a Server that serves
-// computers, their files and revisions as JSON (see docs/api.md and the
-// OpenAPI document at /v1/openapi.json), and a Client that implements the
-// same operations, and bothy.FileService, over HTTP.
+// computers, their files, revisions and commands as JSON, and commands'
+// events as server-sent events (see docs/api.md and the OpenAPI document at
+// /v1/openapi.json), and a Client that implements the same operations, and
+// bothy.FileService, over HTTP.
 //
 // Every route but /healthz and /v1/openapi.json needs a bearer token, which
 // resolves to a principal {tenant, owner, scopes}; each route names the
@@ -24,6 +25,9 @@ const (
 	DefaultMaxFileSize = 1 << 30  // largest body of a file write
 	DefaultMaxOpsSize  = 64 << 20 // largest body of a batch of file operations
 	DefaultMaxJSONSize = 1 << 20  // largest body of any other JSON request
+	// DefaultMaxRunSize is the largest body of a run request: stdin and
+	// argv may each reach 1 MiB, and JSON escaping can grow them sixfold.
+	DefaultMaxRunSize = 16 << 20
 )
 
 // Options configure a Server. Zero values take the defaults.
@@ -35,16 +39,24 @@ type Options struct {
 	MaxFileSize int64
 	MaxOpsSize  int64
 	MaxJSONSize int64
-	Logger      *slog.Logger // default slog.Default()
+	MaxRunSize  int64
+	// Compute runs commands and computers. Without it the command routes
+	// that need a runtime answer 503 unavailable, stop and destroy change
+	// only the stored computer, and event streams end after the stored
+	// events.
+	Compute bothy.ComputeService
+	Logger  *slog.Logger // default slog.Default()
 }
 
-// Server serves the public API over a Store and a FileService.
+// Server serves the public API over a Store, a FileService and, if
+// Options.Compute is set, a ComputeService.
 type Server struct {
-	store bothy.Store
-	files bothy.FileService
-	opts  Options
-	log   *slog.Logger
-	mux   *nethttp.ServeMux
+	store   bothy.Store
+	files   bothy.FileService
+	compute bothy.ComputeService
+	opts    Options
+	log     *slog.Logger
+	mux     *nethttp.ServeMux
 }
 
 // NewServer returns a server for store, whose computers' files are served by
@@ -62,10 +74,13 @@ func NewServer(store bothy.Store, files bothy.FileService, opts Options) *Server
 	if opts.MaxJSONSize <= 0 {
 		opts.MaxJSONSize = DefaultMaxJSONSize
 	}
+	if opts.MaxRunSize <= 0 {
+		opts.MaxRunSize = DefaultMaxRunSize
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Server{store: store, files: files, opts: opts, log: opts.Logger, mux: nethttp.NewServeMux()}
+	s := &Server{store: store, files: files, compute: opts.Compute, opts: opts, log: opts.Logger, mux: nethttp.NewServeMux()}
 	for _, rt := range s.routes() {
 		s.mux.Handle(rt.Method+" "+rt.Pattern, s.handler(rt))
 	}
@@ -128,6 +143,7 @@ func (s *Server) routes() []Route {
 		cr, cw = bothy.ScopeComputersRead, bothy.ScopeComputersWrite
 		fr, fw = bothy.ScopeFilesRead, bothy.ScopeFilesWrite
 		c      = "/v1/computers/{id}"
+		cmd    = "/v1/commands/{id}"
 	)
 	return []Route{
 		{"GET", "/healthz", "", s.handleHealth},
@@ -139,6 +155,13 @@ func (s *Server) routes() []Route {
 		{"POST", c + "/stop", cw, s.handleStopComputer},
 		{"DELETE", c, cw, s.handleDestroyComputer},
 		{"GET", c + "/revisions", cr, s.handleListRevisions},
+		{"POST", c + "/checkpoint", cw, s.handleCheckpoint},
+
+		{"POST", c + "/commands", cw, s.handleRunCommand},
+		{"GET", c + "/commands", cr, s.handleListCommands},
+		{"GET", cmd, cr, s.handleGetCommand},
+		{"GET", cmd + "/events", cr, s.handleCommandEvents},
+		{"POST", cmd + "/cancel", cw, s.handleCancelCommand},
 
 		{"GET", c + "/files/{path...}", fr, s.handleReadFile},
 		{"PUT", c + "/files/{path...}", fw, s.handleWriteFile},

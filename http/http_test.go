@@ -26,11 +26,12 @@ const maxFile = 1 << 20
 
 // env is a running test server with two tenants and a few tokens.
 type env struct {
-	url   string
-	store bothy.Store
-	acme  *bhttp.Client // acme, every scope but admin
-	ro    *bhttp.Client // acme, computers:read and files:read
-	other *bhttp.Client // tenant other, every scope but admin
+	url     string
+	store   bothy.Store
+	compute *fakeCompute  // nil unless made by newComputeEnv
+	acme    *bhttp.Client // acme, every scope but admin
+	ro      *bhttp.Client // acme, computers:read and files:read
+	other   *bhttp.Client // tenant other, every scope but admin
 	// acmeToken is the secret of acme.
 	acmeToken string
 }
@@ -64,12 +65,29 @@ func openPostgres(t *testing.T) (bothy.Store, bothy.BlobStore) {
 
 func newEnv(t *testing.T, open opener) *env {
 	t.Helper()
+	return newEnvWith(t, open, false)
+}
+
+// newComputeEnv is newEnv with a fakeCompute as the server's ComputeService.
+func newComputeEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvWith(t, openSQLite, true)
+}
+
+func newEnvWith(t *testing.T, open opener, compute bool) *env {
+	t.Helper()
 	store, blobs := open(t)
 	files := workspace.New(store, blobs, workspace.Options{MaxFileSize: maxFile})
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(bhttp.NewServer(store, files, bhttp.Options{MaxFileSize: maxFile, MaxOpsSize: 2 * maxFile, Logger: log}))
+	opts := bhttp.Options{MaxFileSize: maxFile, MaxOpsSize: 2 * maxFile, Logger: log}
+	e := &env{store: store}
+	if compute {
+		e.compute = newFakeCompute(store)
+		opts.Compute = e.compute
+	}
+	srv := httptest.NewServer(bhttp.NewServer(store, files, opts))
 	t.Cleanup(srv.Close)
-	e := &env{url: srv.URL, store: store}
+	e.url = srv.URL
 	for _, id := range []string{"acme", "other"} {
 		key := make([]byte, 32)
 		key[0] = id[0]

@@ -17,10 +17,27 @@ func (e *env) files() bothy.FileService {
 	return workspace.New(e.store, e.blobs, workspace.Options{})
 }
 
+const localUsage = "bothy local ls|cat|put -c ID ..."
+
+// runLocal runs a file verb on a cold workspace in the data directory
+// itself, without a server: "bothy local ls|cat|put". The verbs of the same
+// names without "local" go through the API.
+func runLocal(ctx context.Context, args []string) error {
+	verbs := map[string]func(context.Context, []string) error{"ls": runLs, "cat": runCat, "put": runPut}
+	if len(args) == 0 {
+		return bothy.Errorf(bothy.EINVALID, "usage: %s", localUsage)
+	}
+	fn, ok := verbs[args[0]]
+	if !ok {
+		return bothy.Errorf(bothy.EINVALID, "unknown local verb %q; usage: %s", args[0], localUsage)
+	}
+	return fn(ctx, args[1:])
+}
+
 func runLs(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("ls", flag.ContinueOnError)
 	id := fs.String("c", "", "computer id")
-	e, args, err := openVerb(ctx, fs, args, "bothy ls -c ID [PATH]", func(args []string) bool { return *id != "" && len(args) <= 1 })
+	e, args, err := openVerb(ctx, fs, args, "bothy local ls -c ID [PATH]", func(args []string) bool { return *id != "" && len(args) <= 1 })
 	if err != nil {
 		return err
 	}
@@ -49,7 +66,7 @@ func runLs(ctx context.Context, args []string) error {
 func runCat(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("cat", flag.ContinueOnError)
 	id := fs.String("c", "", "computer id")
-	e, args, err := openVerb(ctx, fs, args, "bothy cat -c ID PATH", func(args []string) bool { return *id != "" && len(args) == 1 })
+	e, args, err := openVerb(ctx, fs, args, "bothy local cat -c ID PATH", func(args []string) bool { return *id != "" && len(args) == 1 })
 	if err != nil {
 		return err
 	}
@@ -74,7 +91,7 @@ func runPut(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	} else if *id == "" || len(args) < 1 || len(args) > 2 {
-		return bothy.Errorf(bothy.EINVALID, "usage: bothy put -c ID PATH [FILE]")
+		return bothy.Errorf(bothy.EINVALID, "usage: bothy local put -c ID PATH [FILE]")
 	}
 	var r io.Reader = os.Stdin
 	if len(args) == 2 {

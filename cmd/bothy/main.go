@@ -1,8 +1,10 @@
 // Command bothy is the one binary of bothy. "bothy serve" runs the API server
-// (package http), and "bothy admin" makes its tokens; the other verbs work on
-// a data directory directly: they checkpoint a directory into a computer's
-// workspace, restore revisions, list and diff them, read and write a cold
-// workspace's files, collect garbage, and run the storage benchmark.
+// (package http), and "bothy admin" makes its tokens. The verbs create, ls,
+// get, stop, destroy, revisions, run, wait, logs and fs are a client of that
+// API (BOTHY_URL and BOTHY_TOKEN). The other verbs work on a data directory
+// directly: they checkpoint a directory into a computer's workspace,
+// restore revisions, list and diff them, read and write a cold workspace's
+// files (bothy local), collect garbage, and run the storage benchmark.
 package main
 
 import (
@@ -21,7 +23,27 @@ const usage = `bothy: durable computers for AI agents
 
 usage: bothy COMMAND [flags] [args]
 
-commands:
+commands over the API (server and token from BOTHY_URL and BOTHY_TOKEN, or --url and --token;
+--json prints JSON):
+  create [--label L] [--profile P] [--conversation C]
+                            create a computer and print its id
+  ls [--conversation C] [--label L] [--state S]
+                            list computers
+  get ID                    show a computer
+  stop ID                   checkpoint a computer and stop it (it stays, cold)
+  destroy ID                destroy a computer
+  revisions ID              list a computer's revisions, newest first
+  run ID [--key K] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... -- CMD [ARGS...]
+                            run a command (standard input, unless a terminal, is its input),
+                            stream its output, exit with its exit code (124: timed out);
+                            Ctrl-C cancels it
+  wait CMD_ID               wait for a command to end, exit with its exit code
+  logs CMD_ID [--after N] [--follow]
+                            print a command's output, or follow it to its end
+  fs ls|stat|cat|rm ID PATH, fs put ID PATH < FILE, fs grep ID PATTERN [PATH]
+                            read and change a computer's files
+
+commands on the data directory:
   serve [--listen ADDR]     run the API server (first start: creates DATA/admin.token, prints BOTHY_URL and BOTHY_TOKEN)
   admin token create --owner O [--scopes a,b] [--expires D]
                             print a new API token of --tenant (created if missing)
@@ -31,14 +53,15 @@ commands:
   restore -c ID [-r N] DIR  restore revision N (default: current) into DIR, which must be empty
   log -c ID                 list the computer's revisions, newest first
   diff -c ID A B            list the paths that differ between revisions A and B
-  ls -c ID [PATH]           list a directory of the cold workspace
-  cat -c ID PATH            print a file of the cold workspace
-  put -c ID PATH [FILE]     write FILE (or standard input) to PATH, committing a revision
+  local ls -c ID [PATH]     list a directory of the cold workspace
+  local cat -c ID PATH      print a file of the cold workspace
+  local put -c ID PATH [FILE]
+                            write FILE (or standard input) to PATH, committing a revision
   supervisor -dir DIR       the per-lease supervisor (started by the agent, not by hand)
   gc [--grace D]            delete packs no revision references, older than the grace period
   bench [--quick]           measure checkpoint and restore, write docs/performance.md
 
-common flags (before or after the command's own):
+common flags of the data directory's commands (before or after the command's own):
   --data DIR     data directory of the embedded default (env BOTHY_DATA, default ~/.local/share/bothy)
   --store URL    metadata store: postgres://... (default: SQLite at DIR/bothy.db)
   --blobs URL    blob store: gs://bucket/prefix or a directory (default: DIR/blobs)
@@ -51,7 +74,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()
-	if errors.Is(err, flag.ErrHelp) {
+	var code exitCode
+	if errors.As(err, &code) {
+		os.Exit(int(code))
+	} else if errors.Is(err, flag.ErrHelp) {
 		os.Exit(2)
 	} else if err != nil {
 		fmt.Fprintf(os.Stderr, "bothy: %s\n", describe(err))
@@ -70,17 +96,27 @@ func run(ctx context.Context, args []string) error {
 	cmds := map[string]func(context.Context, []string) error{
 		"serve":      runServe,
 		"supervisor": runSupervisor,
+		"agent":      runAgent,
 		"admin":      runAdmin,
 		"demo":       runDemo,
 		"checkpoint": runCheckpoint,
 		"restore":    runRestore,
 		"log":        runLog,
 		"diff":       runDiff,
-		"ls":         runLs,
-		"cat":        runCat,
-		"put":        runPut,
+		"local":      runLocal,
 		"gc":         runGC,
 		"bench":      runBench,
+
+		"create":    remote((*cli).create),
+		"ls":        remote((*cli).list),
+		"get":       remote((*cli).get),
+		"stop":      remote((*cli).stop),
+		"destroy":   remote((*cli).destroy),
+		"revisions": remote((*cli).revisions),
+		"run":       remote((*cli).run),
+		"wait":      remote((*cli).wait),
+		"logs":      remote((*cli).logs),
+		"fs":        remote((*cli).fs),
 	}
 	fn, ok := cmds[args[0]]
 	if !ok {
