@@ -11,6 +11,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,8 +62,53 @@ type Config struct {
 	Logger       *slog.Logger
 }
 
-// SocketPath returns the default socket path of a supervisor directory.
-func SocketPath(dir string) string { return filepath.Join(dir, "supervisor.sock") }
+// maxSocketPath is the longest unix socket path that bind(2) takes
+// (sun_path is 108 bytes, NUL included), with a margin.
+const maxSocketPath = 100
+
+// SocketPath returns the default socket path of a supervisor directory:
+// DIR/supervisor.sock, or, when that is too long for a unix socket, a path
+// derived from DIR's absolute path in a directory of the caller's uid under
+// the temporary directory (mode 0700), the same for every process that
+// asks.
+func SocketPath(dir string) string {
+	p := filepath.Join(dir, "supervisor.sock")
+	if len(p) <= maxSocketPath {
+		return p
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = dir
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(socketDir(), hex.EncodeToString(sum[:12])+".sock")
+}
+
+// socketDir is where sockets of long directories live.
+func socketDir() string {
+	return filepath.Join(os.TempDir(), fmt.Sprintf("bothy-sup-%d", os.Getuid()))
+}
+
+// prepareSocketDir creates the directory of socket, when it is socketDir,
+// mode 0700, and checks that it is the caller's and not open to others.
+func prepareSocketDir(socket string) error {
+	dir := filepath.Dir(socket)
+	if dir != socketDir() {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || int(st.Uid) != os.Getuid() || fi.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("socket directory %s must be a directory of uid %d with mode 0700", dir, os.Getuid())
+	}
+	return nil
+}
 
 type server struct {
 	cfg     Config
@@ -117,6 +164,11 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		return bothy.Errorf(bothy.ECONFLICT, "another supervisor holds %s", cfg.Dir)
 	}
+	// The pid lets WaitGone see the process itself end, which happens a
+	// little after the lock is released.
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "supervisor.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return fmt.Errorf("write pid: %w", err)
+	}
 	if s.token, err = readToken(cfg.Dir); err != nil {
 		return err
 	}
@@ -127,6 +179,9 @@ func Serve(ctx context.Context, cfg Config) error {
 		s.log.Warn("killed processes left by a previous supervisor", "count", n)
 	}
 	if err := s.load(); err != nil {
+		return err
+	}
+	if err := prepareSocketDir(cfg.Socket); err != nil {
 		return err
 	}
 	os.Remove(cfg.Socket)

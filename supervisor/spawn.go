@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -204,4 +205,54 @@ func killTokenProcesses(token string) int {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return killed
+}
+
+// WaitGone waits until no supervisor holds dir: the lock a supervisor keeps
+// on DIR/supervisor.lock for its whole life is free. After Shutdown it
+// tells the caller that the process has ended, not only that it was asked
+// to. It gives up with an error when ctx is done or after d.
+func WaitGone(ctx context.Context, dir string, d time.Duration) error {
+	lock, err := os.OpenFile(filepath.Join(dir, "supervisor.lock"), os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	defer lock.Close()
+	deadline := time.Now().Add(d)
+	for {
+		err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+			if !running(dir) {
+				return nil
+			}
+		} else if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the supervisor of %s is still running after %s", dir, d)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// running reports whether the process named by DIR/supervisor.pid is
+// alive and not a zombie.
+func running(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "supervisor.pid"))
+	if err != nil {
+		return false
+	}
+	stat, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(b)), "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && stat[i+2] != 'Z'
 }

@@ -9,6 +9,9 @@ import (
 	"github.com/bothyhq/bothy/process"
 )
 
+// providerNames lists the providers a profile may name.
+var providerNames = []string{bwrap.Name, process.Name}
+
 // providers is the one place where sandbox providers are registered. The
 // process provider is always there (it isolates nothing; the server will
 // refuse it unless configured); bwrap is there when the host can run it.

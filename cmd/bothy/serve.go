@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/control"
 	bhttp "github.com/bothyhq/bothy/http"
+	"github.com/bothyhq/bothy/runtime"
 	"github.com/bothyhq/bothy/workspace"
 )
 
@@ -26,6 +28,8 @@ func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
 	debug := fs.Bool("debug", false, "log every request")
+	var rc runConfig
+	rc.register(fs)
 	args, err := parseFlags(fs, &cfg, args)
 	if err != nil {
 		return err
@@ -60,21 +64,57 @@ func runServe(ctx context.Context, args []string) error {
 		fmt.Printf("export BOTHY_TOKEN=\"$(cat '%s')\"\n", strings.ReplaceAll(tokenPath, "'", `'\''`))
 	}
 
+	profiles, err := rc.profiles()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	agentToken, err := readOrCreateSecret(filepath.Join(cfg.data, "agent.token"))
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	ctl := control.New(e.store, control.Config{
+		Profiles: profiles, AgentToken: agentToken, IdleTimeout: rc.idle, MaxLifetime: rc.lifetime,
+		Fault: os.Getenv("BOTHY_FAULT"), Logger: log,
+	})
 	files := workspace.New(e.store, e.blobs, workspace.Options{})
+	names := make([]string, 0, len(profiles))
+	for name := range profiles {
+		names = append(names, name)
+	}
+	mux := nethttp.NewServeMux()
+	mux.Handle(runtime.PathPrefix, runtime.Handler(ctl, log))
+	mux.Handle("/", bhttp.NewServer(e.store, files, bhttp.Options{Logger: log, Compute: ctl, Profiles: names}))
 	srv := &nethttp.Server{
-		Handler:           bhttp.NewServer(e.store, files, bhttp.Options{Logger: log}),
+		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("bothy serve started", "url", url, "data", cfg.data, "tenant", e.tenant.ID)
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	go func() {
+		if err := ctl.Run(runCtx); err != nil {
+			errc <- fmt.Errorf("control plane: %w", err)
+		}
+	}()
+	if !rc.noAgent {
+		ag, err := newAgent(cfg.data, url, agentToken, e.blobs, log)
+		if err != nil {
+			return err
+		}
+		go ag.Run(runCtx)
+	}
+	log.Info("bothy serve started", "url", url, "data", cfg.data, "tenant", e.tenant.ID, "profiles", profiles)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
 	log.Info("bothy serve stopping")
+	stopRun()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {

@@ -47,7 +47,15 @@ type server struct {
 
 func startServe(t *testing.T, data string) *server {
 	t.Helper()
-	cmd := bothyCmd(t, "serve", "--data", data, "--listen", "127.0.0.1:0")
+	return startServeWith(t, data, nil)
+}
+
+// startServeWith starts `bothy serve` on data with extra environment
+// variables and arguments.
+func startServeWith(t *testing.T, data string, env []string, args ...string) *server {
+	t.Helper()
+	cmd := bothyCmd(t, append([]string{"serve", "--data", data, "--listen", "127.0.0.1:0"}, args...)...)
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +66,9 @@ func startServe(t *testing.T, data string) *server {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("bothy serve stderr:\n%s", s.stderr)
+		}
 		if cmd.ProcessState == nil {
 			cmd.Process.Kill()
 			cmd.Wait()

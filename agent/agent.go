@@ -1,0 +1,171 @@
+// Package agent is bothy's runtime on one host: it dials out to the control
+// plane (package runtime's protocol), starts a sandbox for each lease
+// assigned to it over the lease's workspace (a read-only materialized base
+// revision with a writable overlay, package hostcache), gives the lease a
+// supervisor process (package supervisor) that runs its commands and
+// journals their output on disk, streams that output back by sequence
+// number, and checkpoints the workspace after each command.
+//
+// The agent keeps each lease's state under its directory, so a restarted
+// agent (or a restarted embedded server) finds its leases, dials their
+// supervisors, which kept running, and resumes every stream after the seq
+// the control plane acknowledged: no output is lost and nothing runs twice.
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/hostcache"
+	"github.com/bothyhq/bothy/runtime"
+)
+
+// Config configures an Agent.
+type Config struct {
+	// ID names the agent to the control plane; leases are assigned to it.
+	ID string
+	// Dir holds the agent's state: DIR/leases/<lease id>/.
+	Dir string
+	// Control is the control plane (a runtime.Client), and Token the
+	// agent's token for polling it.
+	Control runtime.Control
+	Token   string
+	// Providers run sandboxes, by name.
+	Providers map[string]bothy.Provider
+	// Blobs is the blob store that revisions' packs live in, and Cache the
+	// host cache of materialized revisions.
+	Blobs bothy.BlobStore
+	Cache *hostcache.Cache
+	// SupervisorCommand is the program and arguments that run a
+	// supervisor (supervisor.Main); "-dir DIR" is appended.
+	SupervisorCommand []string
+	// PollWait is how long a poll waits for new work (default 10 s).
+	PollWait time.Duration
+	Logger   *slog.Logger
+}
+
+// Agent runs leases for a control plane.
+type Agent struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	leases  map[string]*lease
+	version int64
+}
+
+// New returns an agent; Run runs it.
+func New(cfg Config) (*Agent, error) {
+	if cfg.ID == "" || cfg.Dir == "" || cfg.Control == nil || cfg.Blobs == nil || cfg.Cache == nil || len(cfg.SupervisorCommand) == 0 {
+		return nil, errors.New("agent: ID, Dir, Control, Blobs, Cache and SupervisorCommand are required")
+	}
+	if cfg.PollWait <= 0 {
+		cfg.PollWait = 10 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "leases"), 0o700); err != nil {
+		return nil, err
+	}
+	return &Agent{cfg: cfg, log: cfg.Logger.With("agent", cfg.ID), leases: map[string]*lease{}}, nil
+}
+
+// Run loads the leases left on disk by an earlier process, then polls the
+// control plane and acts on its answers until ctx is done. Leases keep
+// running when Run returns: their supervisors outlive the agent, and the
+// next agent on the same directory takes them over.
+func (a *Agent) Run(ctx context.Context) error {
+	a.recover(ctx)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		resp, err := a.cfg.Control.Poll(ctx, a.cfg.Token, &runtime.PollRequest{
+			AgentID: a.cfg.ID, Leases: a.held(), Version: a.version, Wait: a.cfg.PollWait,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			a.log.Warn("poll failed", "err", err)
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		a.version = resp.Version
+		a.apply(ctx, resp)
+	}
+	return nil
+}
+
+// held lists the leases the agent holds.
+func (a *Agent) held() []runtime.HeldLease {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []runtime.HeldLease{}
+	for _, l := range a.leases {
+		out = append(out, runtime.HeldLease{LeaseID: l.rec.LeaseID, TenantID: l.rec.TenantID, Generation: l.rec.Generation})
+	}
+	return out
+}
+
+// apply acts on a poll answer: leases listed are started or updated,
+// leases held but not listed were released by the control plane and are
+// torn down.
+func (a *Agent) apply(ctx context.Context, resp *runtime.PollResponse) {
+	listed := map[string]bool{}
+	for _, w := range resp.Leases {
+		listed[w.LeaseID] = true
+		a.mu.Lock()
+		l, ok := a.leases[w.LeaseID]
+		if !ok {
+			l = newLease(a, w)
+			a.leases[w.LeaseID] = l
+		}
+		a.mu.Unlock()
+		l.update(ctx, w)
+	}
+	a.mu.Lock()
+	var gone []*lease
+	for id, l := range a.leases {
+		if !listed[id] {
+			gone = append(gone, l)
+		}
+	}
+	a.mu.Unlock()
+	for _, l := range gone {
+		l.abandon(ctx)
+	}
+}
+
+func (a *Agent) forget(id string) {
+	a.mu.Lock()
+	delete(a.leases, id)
+	a.mu.Unlock()
+}
+
+// Leases returns the ids of the leases the agent holds.
+func (a *Agent) Leases() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var ids []string
+	for id := range a.leases {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

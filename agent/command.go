@@ -1,0 +1,266 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/runtime"
+	"github.com/bothyhq/bothy/supervisor"
+)
+
+// Bounds of one batch of events sent to the control plane.
+const (
+	batchEvents = 64
+	batchBytes  = 256 << 10
+)
+
+// command acts on one command action of a poll answer. Every action is
+// idempotent: run goes to the supervisor, which starts nothing for an id it
+// journaled already, and a stream is attached once per command.
+func (l *lease) command(ctx context.Context, cw *runtime.CommandWork) {
+	l.mu.Lock()
+	sup := l.sup
+	busy := l.inflight[cw.CommandID]
+	switch cw.Action {
+	case runtime.ActRun, runtime.ActStatus:
+		if busy {
+			l.mu.Unlock()
+			return
+		}
+		l.inflight[cw.CommandID] = true
+	case runtime.ActCancel:
+		if l.cancelled[cw.CommandID] {
+			l.mu.Unlock()
+			return
+		}
+		l.cancelled[cw.CommandID] = true
+	}
+	l.mu.Unlock()
+	id := cw.CommandID
+	switch cw.Action {
+	case runtime.ActRun:
+		go func() {
+			defer l.done(id)
+			if cw.Spec == nil {
+				return
+			}
+			s := cw.Spec
+			st, err := sup.Run(ctx, id, supervisor.RunSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Env: s.Env, Stdin: s.Stdin, TimeoutMS: s.TimeoutMS})
+			if err != nil {
+				// The supervisor refused it (a bad cwd, say) or could not
+				// be reached; in the second case the control plane asks
+				// about the command after its acknowledgement timeout.
+				l.a.log.Warn("run command", "command", id, "err", err)
+				if code := bothy.ErrorCode(err); code == bothy.EINVALID || code == bothy.EINVALIDPATH {
+					l.report(ctx, id, &runtime.Report{State: runtime.ReportRunning})
+					l.report(ctx, id, &runtime.Report{State: runtime.ReportFailed, Error: bothy.ErrorMessage(err)})
+				}
+				return
+			}
+			l.report(ctx, id, &runtime.Report{State: runtime.ReportRunning, LastSeq: st.LastSeq})
+			l.attach(ctx, id, 0)
+		}()
+	case runtime.ActStatus:
+		go func() {
+			defer l.done(id)
+			st, err := sup.Status(ctx, id)
+			if err != nil {
+				l.a.log.Warn("command status", "command", id, "err", err)
+				return
+			}
+			if st.State == supervisor.StateNeverSeen {
+				l.report(ctx, id, &runtime.Report{State: runtime.ReportNeverSeen})
+				return
+			}
+			l.report(ctx, id, &runtime.Report{State: runtime.ReportRunning, LastSeq: st.LastSeq})
+			l.attach(ctx, id, cw.AfterSeq)
+		}()
+	case runtime.ActAttach:
+		l.attach(ctx, id, cw.AfterSeq)
+	case runtime.ActCancel:
+		go func() {
+			if _, err := sup.Cancel(ctx, id); err != nil {
+				l.a.log.Warn("cancel command", "command", id, "err", err)
+				l.mu.Lock()
+				delete(l.cancelled, id)
+				l.mu.Unlock()
+			}
+		}()
+	}
+}
+
+func (l *lease) done(id string) {
+	l.mu.Lock()
+	delete(l.inflight, id)
+	l.mu.Unlock()
+}
+
+// report sends a command report, retrying while the control plane cannot
+// be reached.
+func (l *lease) report(ctx context.Context, id string, r *runtime.Report) error {
+	var err error
+	for attempt := 0; attempt < 20 && ctx.Err() == nil; attempt++ {
+		if err = l.a.cfg.Control.Report(ctx, l.cred(), id, r); err == nil {
+			return nil
+		} else if code := bothy.ErrorCode(err); code != bothy.EINTERNAL && code != bothy.EUNAUTHORIZED {
+			// A definite answer (a stale generation, a state that moved
+			// on): retrying changes nothing.
+			l.a.log.Warn("report command", "command", id, "state", r.State, "err", err)
+			return err
+		}
+		sleep(ctx, time.Duration(attempt+1)*100*time.Millisecond)
+	}
+	return err
+}
+
+// attach starts the command's stream unless one runs.
+func (l *lease) attach(ctx context.Context, id string, after int64) {
+	l.mu.Lock()
+	if l.pumps[id] || l.state == leaseGone {
+		l.mu.Unlock()
+		return
+	}
+	l.pumps[id] = true
+	l.pumpWG.Add(1)
+	l.mu.Unlock()
+	go l.pump(ctx, id, after)
+}
+
+// pump streams a command's events from the supervisor to the control plane,
+// acknowledging each stored batch to the supervisor, until the terminal
+// event is stored; then it checkpoints the workspace and reports the end.
+// It resumes after the newest stored seq whenever a stream breaks.
+func (l *lease) pump(ctx context.Context, id string, after int64) {
+	defer func() {
+		l.mu.Lock()
+		delete(l.pumps, id)
+		l.mu.Unlock()
+		l.pumpWG.Done()
+	}()
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		term, err := l.stream(ctx, id, &after)
+		if term != nil {
+			l.finish(ctx, id, term, after)
+			return
+		}
+		l.mu.Lock()
+		gone := l.state == leaseGone
+		l.mu.Unlock()
+		if gone {
+			return
+		}
+		if code := bothy.ErrorCode(err); code == bothy.ECONFLICT || code == bothy.ENOTFOUND {
+			// A stale generation or a command that ended: nothing more
+			// of it is ours to send.
+			l.a.log.Warn("command stream refused", "command", id, "err", err)
+			return
+		}
+		l.a.log.Warn("command stream broke; resuming", "command", id, "after", after, "err", err)
+		sleep(ctx, backoff)
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// stream sends one supervisor stream's events after *after, in batches,
+// and returns the terminal event once it is stored.
+func (l *lease) stream(ctx context.Context, id string, after *int64) (*bothy.Event, error) {
+	l.mu.Lock()
+	sup := l.sup
+	l.mu.Unlock()
+	s, err := sup.Events(ctx, id, *after)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	ch := make(chan *bothy.Event, batchEvents)
+	errc := make(chan error, 1)
+	quit := make(chan struct{})
+	defer close(quit)
+	go func() {
+		defer close(ch)
+		for {
+			e, err := s.Next()
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case ch <- e:
+			case <-quit:
+				return
+			}
+		}
+	}()
+	for {
+		e, ok := <-ch
+		if !ok {
+			return nil, <-errc
+		}
+		batch, size := []bothy.Event{*e}, len(e.Data)
+	drain:
+		for len(batch) < batchEvents && size < batchBytes {
+			select {
+			case e2, ok := <-ch:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, *e2)
+				size += len(e2.Data)
+			default:
+				break drain
+			}
+		}
+		for i := range batch {
+			batch[i].TenantID, batch[i].CommandID = "", ""
+		}
+		resp, err := l.a.cfg.Control.AppendEvents(ctx, l.cred(), id, batch)
+		if err != nil {
+			return nil, err
+		}
+		*after = resp.LastSeq
+		if err := sup.Ack(ctx, id, resp.LastSeq); err != nil {
+			l.a.log.Warn("ack events to the supervisor", "command", id, "err", err)
+		}
+		last := &batch[len(batch)-1]
+		if last.Kind == bothy.EventExit || last.Kind == bothy.EventState {
+			return last, nil
+		}
+	}
+}
+
+// finish checkpoints the workspace after a command and reports its end.
+func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSeq int64) {
+	rev, err := l.checkpoint(ctx)
+	if err != nil {
+		l.a.log.Error("checkpoint after command", "command", id, "err", err)
+	}
+	r := &runtime.Report{LastSeq: lastSeq, RevisionAfter: rev}
+	switch term.Kind {
+	case bothy.EventExit:
+		r.State = runtime.ReportFinished
+		var exit runtime.Exit
+		if err := json.Unmarshal([]byte(term.Fields), &exit); err != nil {
+			r.State, r.Error = runtime.ReportFailed, "unreadable exit event: "+err.Error()
+		} else {
+			r.Exit = &exit
+		}
+	default:
+		var st struct {
+			State  string `json:"state"`
+			Reason string `json:"reason"`
+			Error  *bothy.Error
+		}
+		json.Unmarshal([]byte(term.Fields), &st)
+		r.State, r.Error = runtime.ReportFailed, st.Reason
+		if st.State == "lost" {
+			r.State = runtime.ReportLost
+		}
+		if st.Error != nil {
+			r.Error = st.Error.Message
+		}
+	}
+	l.report(ctx, id, r)
+}

@@ -1,0 +1,442 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/checkpoint"
+	"github.com/bothyhq/bothy/hostcache"
+	"github.com/bothyhq/bothy/runtime"
+	"github.com/bothyhq/bothy/supervisor"
+)
+
+// Lease states in the agent.
+const (
+	leaseNew       = "new"       // seen in a poll answer, not started
+	leaseRecovered = "recovered" // found on disk after a restart, not resumed
+	leaseStarting  = "starting"
+	leaseReady     = "ready"
+	leaseStopping  = "stopping"
+	leaseGone      = "gone"
+)
+
+// record is what the agent keeps on disk of a lease, in lease.json, so that
+// a restarted agent can take the lease over.
+type record struct {
+	LeaseID    string `json:"lease_id"`
+	TenantID   string `json:"tenant_id"`
+	ComputerID string `json:"computer_id"`
+	Generation int64  `json:"generation"`
+	Provider   string `json:"provider"`
+	// The base revision: the read-only lower layer of the overlay.
+	BaseRevision int64           `json:"base_revision"`
+	BaseRoot     string          `json:"base_root"`
+	BasePacks    []string        `json:"base_packs"`
+	BaseSize     int64           `json:"base_size"`
+	BaseFiles    int64           `json:"base_files"`
+	Lower        string          `json:"lower"`
+	Handle       json.RawMessage `json:"handle,omitempty"`
+}
+
+type lease struct {
+	a   *Agent
+	dir string
+
+	mu        sync.Mutex
+	rec       record
+	work      *runtime.LeaseWork // the newest desired state, with a fresh credential
+	state     string
+	abandoned bool
+	ov        *hostcache.Overlay
+	h         *bothy.SandboxHandle
+	sup       *supervisor.Client
+	repo      *checkpoint.Repo
+	base      *checkpoint.Snapshot
+	parent    *checkpoint.Snapshot // the newest committed snapshot of this lease
+	revision  int64                // the computer's revision: the base of the next commit
+	ckptDone  int64
+	ckptBusy  bool
+	inflight  map[string]bool // command ids with a run or status call in flight
+	cancelled map[string]bool
+	pumps     map[string]bool
+	pumpWG    sync.WaitGroup
+
+	ckptMu sync.Mutex // one checkpoint at a time
+}
+
+func newLease(a *Agent, w *runtime.LeaseWork) *lease {
+	return &lease{
+		a: a, dir: filepath.Join(a.cfg.Dir, "leases", w.LeaseID), state: leaseNew,
+		rec:      record{LeaseID: w.LeaseID, TenantID: w.TenantID, ComputerID: w.ComputerID, Generation: w.Generation, Provider: w.Provider},
+		inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{},
+	}
+}
+
+func (l *lease) cred() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.work.Credential
+}
+
+// update acts on the lease's desired state.
+func (l *lease) update(ctx context.Context, w *runtime.LeaseWork) {
+	l.mu.Lock()
+	l.work = w
+	state := l.state
+	switch state {
+	case leaseNew, leaseRecovered:
+		l.state = leaseStarting
+	case leaseReady:
+		if w.Stop {
+			l.state = leaseStopping
+		}
+	}
+	ckpt := w.Checkpoint > l.ckptDone && !l.ckptBusy && state == leaseReady && !w.Stop
+	if ckpt {
+		l.ckptBusy = true
+	}
+	l.mu.Unlock()
+	switch state {
+	case leaseNew:
+		go l.start(ctx, false)
+	case leaseRecovered:
+		go l.start(ctx, true)
+	case leaseReady:
+		if w.Stop {
+			go l.stop(ctx)
+			return
+		}
+		if ckpt {
+			go l.checkpointNow(ctx, w.Checkpoint)
+		}
+		for _, cw := range w.Commands {
+			l.command(ctx, cw)
+		}
+	}
+}
+
+// start prepares the lease's workspace and sandbox and spawns its
+// supervisor; resume takes over one that an earlier agent process
+// started, reusing whatever of it still stands.
+func (l *lease) start(ctx context.Context, resume bool) {
+	err := l.prepare(ctx, resume)
+	l.mu.Lock()
+	abandoned := l.abandoned
+	if err == nil && !abandoned {
+		l.state = leaseReady
+	}
+	l.mu.Unlock()
+	if err != nil {
+		l.a.log.Error("lease start failed", "lease", l.rec.LeaseID, "err", err)
+		l.teardown(ctx, bothy.LeaseFailed, err.Error(), false)
+		return
+	}
+	if abandoned {
+		l.teardown(ctx, bothy.LeaseReleased, "", false)
+		return
+	}
+	host, _ := os.Hostname()
+	ref, _ := l.h.Encode()
+	if err := l.a.cfg.Control.Ready(ctx, l.cred(), &runtime.ReadyRequest{Host: host, SandboxRef: string(ref)}); err != nil {
+		l.a.log.Warn("report lease ready", "lease", l.rec.LeaseID, "err", err)
+	}
+	l.a.log.Info("lease ready", "lease", l.rec.LeaseID, "computer", l.rec.ComputerID, "resumed", resume)
+}
+
+func (l *lease) prepare(ctx context.Context, resume bool) error {
+	l.mu.Lock()
+	w := l.work
+	l.mu.Unlock()
+	repo, err := checkpoint.NewRepo(l.a.cfg.Blobs, w.TenantID, w.HashKey)
+	if err != nil {
+		return err
+	}
+	if !resume {
+		l.rec.BaseRevision, l.rec.BaseRoot, l.rec.BasePacks = w.Revision, w.RootDigest, w.Packs
+		l.rec.BaseSize, l.rec.BaseFiles = w.Size, w.FileCount
+	}
+	base, err := repo.Open(ctx, l.rec.BaseRoot, l.rec.BasePacks)
+	if err != nil {
+		return fmt.Errorf("open base revision: %w", err)
+	}
+	parent := base
+	if resume && w.Revision != l.rec.BaseRevision {
+		if parent, err = repo.Open(ctx, w.RootDigest, w.Packs); err != nil {
+			return fmt.Errorf("open current revision: %w", err)
+		}
+	}
+	if err := os.MkdirAll(l.dir, 0o700); err != nil {
+		return err
+	}
+	if !resume || l.rec.Lower == "" {
+		if l.rec.Lower, err = l.a.cfg.Cache.Materialize(ctx, w.TenantID, base); err != nil {
+			return fmt.Errorf("materialize base revision: %w", err)
+		}
+		if err := l.save(); err != nil {
+			return err
+		}
+	}
+	ov, err := hostcache.Mount(ctx, l.rec.Lower, filepath.Join(l.dir, "ws"), hostcache.MountOptions{RedirectDir: true})
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.ov, l.repo, l.base, l.parent, l.revision = ov, repo, base, parent, w.Revision
+	l.mu.Unlock()
+	prov := l.a.cfg.Providers[l.rec.Provider]
+	if prov == nil {
+		return bothy.Errorf(bothy.EINVALID, "provider %q is not enabled on this agent", l.rec.Provider)
+	}
+	supDir := filepath.Join(l.dir, "sup")
+	var h *bothy.SandboxHandle
+	if len(l.rec.Handle) > 0 {
+		h, err = prov.Recover(ctx, l.rec.Handle)
+	} else {
+		h, err = prov.Start(ctx, bothy.LeaseSpec{LeaseID: w.LeaseID, ComputerID: w.ComputerID, Generation: w.Generation,
+			Workspace: ov.Merged, Limits: w.Limits})
+		if err == nil {
+			l.rec.Handle, _ = h.Encode()
+			if err = l.save(); err == nil {
+				err = supervisor.Init(supDir, h)
+			}
+		}
+	}
+	l.mu.Lock()
+	l.h = h
+	l.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("start sandbox: %w", err)
+	}
+	sup, err := supervisor.Dial(ctx, supervisor.SocketPath(supDir))
+	if err != nil {
+		// No supervisor answers (a new lease, or it died with the host):
+		// start one. A restarted supervisor marks the commands that were
+		// running as lost, and never runs them again.
+		cmd := l.a.cfg.SupervisorCommand
+		if _, _, err := supervisor.Spawn(ctx, cmd[0], cmd[1:], supDir); err != nil {
+			return fmt.Errorf("spawn supervisor: %w", err)
+		}
+		if sup, err = supervisor.Dial(ctx, supervisor.SocketPath(supDir)); err != nil {
+			return fmt.Errorf("dial supervisor: %w", err)
+		}
+	}
+	l.mu.Lock()
+	l.sup = sup
+	l.mu.Unlock()
+	return nil
+}
+
+// save writes lease.json atomically.
+func (l *lease) save() error {
+	b, err := json.Marshal(l.rec)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(l.dir, "lease.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(l.dir, "lease.json"))
+}
+
+// recover loads the leases an earlier agent process left on disk; the
+// first poll reports them, and the answer resumes or releases each.
+func (a *Agent) recover(ctx context.Context) {
+	dirs, err := os.ReadDir(filepath.Join(a.cfg.Dir, "leases"))
+	if err != nil {
+		a.log.Warn("list leases on disk", "err", err)
+		return
+	}
+	for _, d := range dirs {
+		dir := filepath.Join(a.cfg.Dir, "leases", d.Name())
+		b, err := os.ReadFile(filepath.Join(dir, "lease.json"))
+		var rec record
+		if err == nil {
+			err = json.Unmarshal(b, &rec)
+		}
+		if err != nil || rec.LeaseID != d.Name() {
+			a.log.Warn("lease directory without a readable record; removing its layers", "dir", dir, "err", err)
+			(&hostcache.Overlay{Merged: filepath.Join(dir, "ws", "merged")}).Remove(ctx)
+			os.RemoveAll(dir)
+			continue
+		}
+		l := &lease{a: a, dir: dir, rec: rec, state: leaseRecovered,
+			inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}}
+		a.leases[rec.LeaseID] = l
+		a.log.Info("found lease on disk", "lease", rec.LeaseID, "computer", rec.ComputerID)
+	}
+}
+
+// checkpoint commits the workspace if it changed since the lease's last
+// commit and returns the computer's revision.
+func (l *lease) checkpoint(ctx context.Context) (int64, error) {
+	l.ckptMu.Lock()
+	defer l.ckptMu.Unlock()
+	l.mu.Lock()
+	ov, base, parent, rev, repo := l.ov, l.base, l.parent, l.revision, l.repo
+	l.mu.Unlock()
+	if ov == nil {
+		return rev, errors.New("lease has no workspace")
+	}
+	res, err := ov.Checkpoint(ctx, base, hostcache.CheckpointOptions{Parent: parent, BaseSize: l.rec.BaseSize, BaseFileCount: l.rec.BaseFiles})
+	if err != nil {
+		return rev, fmt.Errorf("checkpoint: %w", err)
+	}
+	if res.Root == parent.Root() {
+		return rev, nil
+	}
+	got, err := l.a.cfg.Control.Commit(ctx, l.cred(), &runtime.CommitRequest{
+		Base: rev, RootDigest: res.Root.String(), Packs: res.Packs, Size: res.Size, FileCount: res.FileCount})
+	if err != nil {
+		return rev, fmt.Errorf("commit: %w", err)
+	}
+	snap, err := repo.Open(ctx, res.Root.String(), res.Packs)
+	if err != nil {
+		return got.Number, err
+	}
+	l.mu.Lock()
+	l.parent, l.revision = snap, got.Number
+	l.mu.Unlock()
+	return got.Number, nil
+}
+
+// checkpointNow answers a checkpoint request of the control plane.
+func (l *lease) checkpointNow(ctx context.Context, n int64) {
+	rev, err := l.checkpoint(ctx)
+	req := &runtime.CheckpointedRequest{Checkpoint: n, Revision: rev}
+	if err != nil {
+		req.Error = err.Error()
+	}
+	if err := l.a.cfg.Control.Checkpointed(ctx, l.cred(), req); err != nil {
+		l.a.log.Warn("report checkpoint", "lease", l.rec.LeaseID, "err", err)
+	}
+	l.mu.Lock()
+	l.ckptBusy = false
+	if n > l.ckptDone {
+		l.ckptDone = n
+	}
+	l.mu.Unlock()
+}
+
+// stop is an orderly stop: running commands are cancelled and their
+// output delivered, the workspace is checkpointed, and the sandbox torn
+// down.
+func (l *lease) stop(ctx context.Context) {
+	l.mu.Lock()
+	sup := l.sup
+	var running []string
+	for id := range l.pumps {
+		running = append(running, id)
+	}
+	l.mu.Unlock()
+	for _, id := range running {
+		if _, err := sup.Cancel(ctx, id); err != nil {
+			l.a.log.Warn("cancel command at stop", "command", id, "err", err)
+		}
+	}
+	done := make(chan struct{})
+	go func() { l.pumpWG.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		l.a.log.Warn("command streams did not end within a minute of stop", "lease", l.rec.LeaseID)
+	}
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		if _, err = l.checkpoint(ctx); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		// The writable layer holds work not yet committed: keep it.
+		l.a.log.Error("final checkpoint failed; quarantining the lease with its layers kept", "lease", l.rec.LeaseID, "err", err)
+		l.teardown(ctx, bothy.LeaseQuarantined, "final checkpoint failed: "+err.Error(), true)
+		return
+	}
+	l.teardown(ctx, bothy.LeaseReleased, "", false)
+}
+
+// abandon tears down a lease the control plane no longer lists: it was
+// released or declared lost there, so nothing of it may be committed.
+func (l *lease) abandon(ctx context.Context) {
+	l.mu.Lock()
+	state := l.state
+	l.abandoned = true
+	if state == leaseReady || state == leaseRecovered || state == leaseNew {
+		l.state = leaseStopping
+	}
+	l.mu.Unlock()
+	switch state {
+	case leaseReady, leaseRecovered, leaseNew:
+		l.a.log.Warn("the control plane no longer lists the lease; tearing it down", "lease", l.rec.LeaseID)
+		go l.teardown(ctx, bothy.LeaseReleased, "", false)
+	}
+}
+
+// teardown stops the supervisor and the sandbox, removes the workspace
+// layers (unless keep) and the lease directory, and reports the lease
+// released with the residue found.
+func (l *lease) teardown(ctx context.Context, disposition, reason string, keep bool) {
+	l.mu.Lock()
+	sup, h, ov := l.sup, l.h, l.ov
+	l.mu.Unlock()
+	residue := &bothy.Residue{}
+	if sup != nil {
+		if err := sup.Shutdown(ctx); err != nil {
+			l.a.log.Warn("shut the supervisor down", "lease", l.rec.LeaseID, "err", err)
+		}
+		sup.Close()
+	}
+	if err := supervisor.WaitGone(ctx, filepath.Join(l.dir, "sup"), 30*time.Second); err != nil {
+		residue.Other = append(residue.Other, "supervisor: "+err.Error())
+	}
+	if h != nil {
+		if prov := l.a.cfg.Providers[l.rec.Provider]; prov != nil {
+			r, err := prov.Stop(ctx, h)
+			if r != nil {
+				r.Other = append(r.Other, residue.Other...)
+				residue = r
+			}
+			if err != nil {
+				residue.Other = append(residue.Other, "provider stop: "+err.Error())
+			}
+		}
+	}
+	if !keep {
+		if ov == nil {
+			ov = &hostcache.Overlay{Merged: filepath.Join(l.dir, "ws", "merged")}
+		}
+		if err := ov.Remove(ctx); err != nil {
+			residue.Mounts = append(residue.Mounts, ov.Merged)
+		}
+		os.RemoveAll(l.dir)
+		if _, err := os.Lstat(l.dir); err == nil {
+			residue.Paths = append(residue.Paths, l.dir)
+		}
+	} else {
+		residue.Other = append(residue.Other, "writable layer kept at "+l.dir)
+	}
+	if !residue.Empty() && disposition == bothy.LeaseReleased {
+		disposition = bothy.LeaseQuarantined
+	}
+	ev := ""
+	if !residue.Empty() {
+		b, _ := json.Marshal(residue)
+		ev = string(b)
+	}
+	l.mu.Lock()
+	l.state = leaseGone
+	l.mu.Unlock()
+	if err := l.a.cfg.Control.Released(ctx, l.cred(), &runtime.ReleaseRequest{Disposition: disposition, Residue: ev, Error: reason}); err != nil {
+		l.a.log.Warn("report lease released", "lease", l.rec.LeaseID, "err", err)
+	}
+	l.a.forget(l.rec.LeaseID)
+	l.a.log.Info("lease torn down", "lease", l.rec.LeaseID, "disposition", disposition, "residue", ev)
+}

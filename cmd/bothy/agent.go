@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/agent"
+	"github.com/bothyhq/bothy/hostcache"
+	"github.com/bothyhq/bothy/process"
+	"github.com/bothyhq/bothy/runtime"
+)
+
+// runConfig holds serve's flags for running computers.
+type runConfig struct {
+	profileMap   string
+	allowProcess bool
+	noAgent      bool
+	idle         time.Duration
+	lifetime     time.Duration
+}
+
+func (rc *runConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&rc.profileMap, "profiles", "standard=bwrap", "profiles and the provider serving each: NAME=PROVIDER,...")
+	fs.BoolVar(&rc.allowProcess, "allow-process", false, "allow a profile to use the process provider, which isolates nothing (development, paired machines)")
+	fs.BoolVar(&rc.noAgent, "no-agent", false, "run no in-process agent (agents connect with \"bothy agent\")")
+	fs.DurationVar(&rc.idle, "idle-timeout", 5*time.Minute, "stop a computer that ran nothing for this long")
+	fs.DurationVar(&rc.lifetime, "max-lifetime", 12*time.Hour, "stop a lease this long after it started")
+}
+
+// profiles parses --profiles. The process provider is refused unless
+// --allow-process is given: a profile never silently runs unisolated.
+func (rc *runConfig) profiles() (map[string]string, error) {
+	out := map[string]string{}
+	for item := range strings.SplitSeq(rc.profileMap, ",") {
+		name, prov, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || name == "" || prov == "" {
+			return nil, bothy.Errorf(bothy.EINVALID, "--profiles wants NAME=PROVIDER,..., not %q", item)
+		}
+		if prov == process.Name && !rc.allowProcess {
+			return nil, bothy.Errorf(bothy.EINVALID, "profile %q names the process provider, which isolates nothing; pass --allow-process to allow it", name)
+		}
+		known := false
+		for _, p := range providerNames {
+			known = known || p == prov
+		}
+		if !known {
+			return nil, bothy.Errorf(bothy.EINVALID, "profile %q names unknown provider %q (known: %s)", name, prov, strings.Join(providerNames, ", "))
+		}
+		out[name] = prov
+	}
+	return out, nil
+}
+
+// newAgent returns an agent keeping its state under data, polling the
+// control plane at url.
+func newAgent(data, url, token string, blobs bothy.BlobStore, log *slog.Logger) (*agent.Agent, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cache, err := hostcache.Open(filepath.Join(data, "cache"))
+	if err != nil {
+		return nil, err
+	}
+	provs := map[string]bothy.Provider{}
+	for _, p := range providers() {
+		provs[p.Name()] = p
+	}
+	host, _ := os.Hostname()
+	id := "local"
+	if host != "" {
+		id = "local-" + strings.Map(func(r rune) rune {
+			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+				return r
+			}
+			return '-'
+		}, host)
+	}
+	return agent.New(agent.Config{
+		ID: id, Dir: filepath.Join(data, "agent"), Control: runtime.NewClient(url), Token: token,
+		Providers: provs, Blobs: blobs, Cache: cache, SupervisorCommand: []string{exe, "supervisor"}, Logger: log,
+	})
+}
+
+// runAgent is `bothy agent --control URL --agent-token-file F`: an agent on
+// another host (or a paired machine) that dials out to a control plane.
+func runAgent(ctx context.Context, args []string) error {
+	var cfg config
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	url := fs.String("control", os.Getenv("BOTHY_URL"), "the control plane's URL")
+	tokenFile := fs.String("agent-token-file", "", "file holding the agent token (the server's DATA/agent.token)")
+	args, err := parseFlags(fs, &cfg, args)
+	if err != nil {
+		return err
+	} else if len(args) != 0 || *url == "" || *tokenFile == "" {
+		return bothy.Errorf(bothy.EINVALID, "usage: bothy agent --control URL --agent-token-file FILE [--data DIR] [--blobs URL]")
+	}
+	b, err := os.ReadFile(*tokenFile)
+	if err != nil {
+		return err
+	}
+	e, err := openEnv(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ag, err := newAgent(cfg.data, *url, strings.TrimSpace(string(b)), e.blobs, log)
+	if err != nil {
+		return err
+	}
+	return ag.Run(ctx)
+}
+
+// readOrCreateSecret returns the secret in path, creating it (mode 0600)
+// if the file is missing.
+func readOrCreateSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	raw := make([]byte, 32)
+	rand.Read(raw)
+	secret := "bat_" + hex.EncodeToString(raw)
+	if err := writeSecret(path, secret); err != nil {
+		return "", fmt.Errorf("agent token: %w", err)
+	}
+	return secret, nil
+}

@@ -1,0 +1,454 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	nethttp "net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/postgres/pgtest"
+	"github.com/bothyhq/bothy/sqlite"
+)
+
+// These tests run the real thing: `bothy serve` as a process, its
+// in-process agent speaking the runtime protocol over loopback, a
+// supervisor process per lease, and bubblewrap sandboxes over overlay
+// workspaces. They need root and bubblewrap (scripts/sandbox-deps).
+
+func needSandbox(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("BOTHY_TEST_REQUIRE_ALL") == "1" {
+			t.Fatal("end-to-end tests need root (bubblewrap, cgroups, overlayfs)")
+		}
+		t.Skip("end-to-end tests need root")
+	}
+}
+
+// apiClient calls the public API with raw HTTP, as any client would.
+type apiClient struct {
+	t          *testing.T
+	url, token string
+}
+
+func newAPI(t *testing.T, s *server, token string) *apiClient {
+	return &apiClient{t: t, url: s.url, token: token}
+}
+
+func serverToken(t *testing.T, s *server, data string) string {
+	if tok, ok := strings.CutPrefix(s.tokenLn, "export BOTHY_TOKEN="); ok && strings.HasPrefix(tok, bothy.TokenPrefix) {
+		return tok
+	}
+	b, err := os.ReadFile(filepath.Join(data, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// call sends a request and decodes a JSON answer into out; it returns the
+// status and the raw body.
+func (a *apiClient) call(method, path string, body any, out any) (int, []byte) {
+	a.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		r = bytes.NewReader(j)
+	}
+	req, _ := nethttp.NewRequest(method, a.url+path, r)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := nethttp.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			a.t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode, raw
+}
+
+func (a *apiClient) must(method, path string, body any, out any) {
+	a.t.Helper()
+	if st, raw := a.call(method, path, body, out); st >= 300 {
+		a.t.Fatalf("%s %s: %d %s", method, path, st, raw)
+	}
+}
+
+func (a *apiClient) create(label string) *bothy.Computer {
+	a.t.Helper()
+	var c bothy.Computer
+	a.must("POST", "/v1/computers", map[string]string{"label": label}, &c)
+	return &c
+}
+
+func (a *apiClient) run(id string, req bothy.RunRequest) *bothy.Command {
+	a.t.Helper()
+	var c bothy.Command
+	a.must("POST", "/v1/computers/"+id+"/commands", req, &c)
+	return &c
+}
+
+func (a *apiClient) command(id string) *bothy.Command {
+	a.t.Helper()
+	var c bothy.Command
+	a.must("GET", "/v1/commands/"+id, nil, &c)
+	return &c
+}
+
+// wait polls the command until it ends (bounded: a minute).
+func (a *apiClient) wait(id string) *bothy.Command {
+	a.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		c := a.command(id)
+		if bothy.CommandTerminal(c.State) {
+			return c
+		} else if time.Now().After(deadline) {
+			a.t.Fatalf("command %s still %s after a minute", id, c.State)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (a *apiClient) readFile(id, path string) string {
+	a.t.Helper()
+	st, raw := a.call("GET", "/v1/computers/"+id+"/files/"+path, nil, nil)
+	if st != 200 {
+		a.t.Fatalf("read %s: %d %s", path, st, raw)
+	}
+	return string(raw)
+}
+
+// events reads the command's SSE stream after seq until it ends or stop
+// returns true, and returns the events read.
+func (a *apiClient) events(id string, after int64, stop func(*bothy.Event) bool) []*bothy.Event {
+	a.t.Helper()
+	req, _ := nethttp.NewRequest("GET", a.url+"/v1/commands/"+id+"/events?after="+strconv.FormatInt(after, 10), nil)
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	resp, err := nethttp.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		raw, _ := io.ReadAll(resp.Body)
+		a.t.Fatalf("events: %d %s", resp.StatusCode, raw)
+	}
+	var out []*bothy.Event
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 4<<20)
+	kind := ""
+	for sc.Scan() {
+		line := sc.Text()
+		if k, ok := strings.CutPrefix(line, "event: "); ok {
+			kind = k
+		} else if d, ok := strings.CutPrefix(line, "data: "); ok {
+			if kind == "end" {
+				return out
+			}
+			var e bothy.Event
+			if err := json.Unmarshal([]byte(d), &e); err != nil {
+				a.t.Fatal(err)
+			}
+			out = append(out, &e)
+			if stop != nil && stop(&e) {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// output concatenates the stdout events.
+func output(events []*bothy.Event) string {
+	var b strings.Builder
+	for _, e := range events {
+		if e.Kind == bothy.EventStdout {
+			b.Write(e.Data)
+		}
+	}
+	return b.String()
+}
+
+// checkSeqs fails unless the events' seqs are from, from+1, … with no gap
+// or duplicate.
+func checkSeqs(t *testing.T, events []*bothy.Event, from int64) {
+	t.Helper()
+	for i, e := range events {
+		if e.Seq != from+int64(i) {
+			t.Fatalf("event %d has seq %d, want %d", i, e.Seq, from+int64(i))
+		}
+	}
+}
+
+// kill9 kills the server process with SIGKILL, as a crash.
+func (s *server) kill9(t *testing.T) {
+	t.Helper()
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+}
+
+// waitExit waits for the server to die by itself (a fault injection).
+func (s *server) waitExit(t *testing.T) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("the server did not die at the fault point; stderr:\n%s", s.stderr)
+	}
+}
+
+// destroyAll destroys every computer of the server (tearing sandboxes
+// and supervisors down) and checks that nothing is left.
+func destroyAll(t *testing.T, a *apiClient, data string) {
+	t.Helper()
+	var list struct{ Computers []*bothy.Computer }
+	a.must("GET", "/v1/computers?limit=1000", nil, &list)
+	for _, c := range list.Computers {
+		if c.State != bothy.StateDestroyed {
+			a.must("DELETE", "/v1/computers/"+c.ID, nil, nil)
+		}
+	}
+	checkNoResidue(t, data)
+}
+
+// checkNoResidue fails if a lease left anything on the host: a lease
+// directory of the agent, a mount under the data directory, or a process
+// running a supervisor of it.
+func checkNoResidue(t *testing.T, data string) {
+	t.Helper()
+	if ents, err := os.ReadDir(filepath.Join(data, "agent", "leases")); err == nil && len(ents) > 0 {
+		t.Errorf("lease directories left: %d", len(ents))
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mi), data) {
+		t.Errorf("mounts left under %s", data)
+	}
+	for _, pid := range processesMentioning(filepath.Join(data, "agent")) {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		t.Errorf("process left: %d %q", pid, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+	}
+}
+
+// processesMentioning lists the pids whose command line or environment
+// holds s.
+func processesMentioning(s string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		for _, f := range []string{"cmdline", "environ"} {
+			b, _ := os.ReadFile(filepath.Join("/proc", e.Name(), f))
+			if bytes.Contains(b, []byte(s)) {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// stores runs fn on the embedded SQLite store and on PostgreSQL.
+func stores(t *testing.T, fn func(t *testing.T, storeArgs []string)) {
+	t.Run("SQLite", func(t *testing.T) { fn(t, nil) })
+	t.Run("PostgreSQL", func(t *testing.T) { fn(t, []string{"--store", pgtest.URL(t)}) })
+}
+
+func TestE2E_FilesSurviveStopAndRestart(t *testing.T) {
+	needSandbox(t)
+	stores(t, func(t *testing.T, storeArgs []string) {
+		data := t.TempDir()
+		s := startServeWith(t, data, nil, storeArgs...)
+		tok := serverToken(t, s, data)
+		a := newAPI(t, s, tok)
+		c := a.create("e2e")
+		a.must("PUT", "/v1/computers/"+c.ID+"/files/in.txt", "hello\n", nil)
+
+		cmd := a.run(c.ID, bothy.RunRequest{Script: "cat in.txt > out.txt && echo done >> out.txt && cat out.txt", Wait: true})
+		if cmd.State != bothy.CommandCompleted || cmd.ExitCode == nil || *cmd.ExitCode != 0 {
+			t.Fatalf("first command: %+v", cmd)
+		}
+		if got := output(a.events(cmd.ID, 0, nil)); got != "hello\ndone\n" {
+			t.Fatalf("first command printed %q", got)
+		}
+		if cmd.RevisionAfter == 0 {
+			t.Errorf("the command's result names no revision after it")
+		}
+		var cm bothy.Computer
+		a.must("POST", "/v1/computers/"+c.ID+"/stop", nil, &cm)
+		if cm.State != bothy.StateCold {
+			t.Fatalf("after stop the computer is %s", cm.State)
+		}
+		checkNoResidue(t, data)
+		s.stop(t)
+
+		s = startServeWith(t, data, nil, storeArgs...)
+		a = newAPI(t, s, tok)
+		if got := a.readFile(c.ID, "in.txt"); got != "hello\n" {
+			t.Errorf("after restart in.txt = %q", got)
+		}
+		if got := a.readFile(c.ID, "out.txt"); got != "hello\ndone\n" {
+			t.Errorf("after restart out.txt = %q", got)
+		}
+		again := a.run(c.ID, bothy.RunRequest{Argv: []string{"cat", "out.txt", "in.txt"}, Wait: true})
+		if got := output(a.events(again.ID, 0, nil)); again.State != bothy.CommandCompleted || got != "hello\ndone\nhello\n" {
+			t.Fatalf("run after restart: %s %q", again.State, got)
+		}
+		destroyAll(t, a, data)
+		s.stop(t)
+		checkLeasesReleased(t, data, storeArgs, c.ID)
+	})
+}
+
+// checkLeasesReleased opens the store and fails unless every lease of the
+// computer is released with an empty residue.
+func checkLeasesReleased(t *testing.T, data string, storeArgs []string, computerID string) {
+	t.Helper()
+	if len(storeArgs) > 0 {
+		return // the PostgreSQL database is checked through the API only
+	}
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(data, "bothy.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cmds, err := st.ListCommands(ctx, "default", bothy.CommandFilter{ComputerID: computerID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, c := range cmds {
+		if c.LeaseID == "" || seen[c.LeaseID] {
+			continue
+		}
+		seen[c.LeaseID] = true
+		l, err := st.FindLease(ctx, "default", c.LeaseID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.ReleasedAt.IsZero() || l.Disposition != bothy.LeaseReleased || l.Residue != "" {
+			t.Errorf("lease %s: released %v, disposition %q, residue %q", l.ID, l.ReleasedAt, l.Disposition, l.Residue)
+		}
+	}
+	if len(seen) == 0 {
+		t.Error("the computer's commands name no lease")
+	}
+}
+
+// TestE2E_NoReplay kills the control plane at the worst moments: after a
+// command is dispatched and before the runtime receives it, and after the
+// runtime started it and before the control plane recorded that. The
+// command's side effect (a line appended to a counter file) happens exactly
+// once, and resubmitting its idempotency key never runs it again.
+func TestE2E_NoReplay(t *testing.T) {
+	needSandbox(t)
+	for _, fault := range []string{"after_dispatch", "before_running_report"} {
+		t.Run(fault, func(t *testing.T) {
+			stores(t, func(t *testing.T, storeArgs []string) {
+				data := t.TempDir()
+				s := startServeWith(t, data, []string{"BOTHY_FAULT=" + fault}, storeArgs...)
+				tok := serverToken(t, s, data)
+				a := newAPI(t, s, tok)
+				c := a.create("no-replay")
+				req := bothy.RunRequest{Script: "echo run >> counter; echo ran", IdempotencyKey: "k1"}
+				st, raw := a.call("POST", "/v1/computers/"+c.ID+"/commands", req, nil)
+				if st != 201 {
+					t.Fatalf("run: %d %s", st, raw)
+				}
+				s.waitExit(t)
+
+				s = startServeWith(t, data, nil, storeArgs...)
+				a = newAPI(t, s, tok)
+				var first bothy.Command
+				a.must("POST", "/v1/computers/"+c.ID+"/commands", req, &first)
+				done := a.wait(first.ID)
+				if done.State != bothy.CommandCompleted {
+					t.Fatalf("after restart the command is %s", done.State)
+				}
+				if got := a.readFile(c.ID, "counter"); got != "run\n" {
+					t.Fatalf("counter = %q, want exactly one run", got)
+				}
+				var again bothy.Command
+				if st, raw := a.call("POST", "/v1/computers/"+c.ID+"/commands", req, &again); st != 200 || again.ID != first.ID {
+					t.Fatalf("resubmitting the key: %d %s", st, raw)
+				}
+				a.must("POST", "/v1/computers/"+c.ID+"/stop", nil, nil)
+				if got := a.readFile(c.ID, "counter"); got != "run\n" {
+					t.Fatalf("counter after resubmission = %q", got)
+				}
+				destroyAll(t, a, data)
+				s.stop(t)
+			})
+		})
+	}
+}
+
+// TestE2E_CrashDuringCommand kills the embedded server (and with it the
+// in-process agent) while a 5 s command runs and a client streams its
+// output; after a restart the command finishes, the client resumes after
+// the last seq it saw and receives every event exactly once, in order.
+func TestE2E_CrashDuringCommand(t *testing.T) {
+	needSandbox(t)
+	stores(t, func(t *testing.T, storeArgs []string) {
+		data := t.TempDir()
+		s := startServeWith(t, data, nil, storeArgs...)
+		tok := serverToken(t, s, data)
+		a := newAPI(t, s, tok)
+		c := a.create("crash")
+		cmd := a.run(c.ID, bothy.RunRequest{Script: "for i in $(seq 1 50); do echo line $i; sleep 0.1; done; echo once >> counter"})
+		first := a.events(cmd.ID, 0, func(e *bothy.Event) bool { return e.Seq >= 5 })
+		checkSeqs(t, first, 1)
+		s.kill9(t)
+		time.Sleep(500 * time.Millisecond)
+
+		s = startServeWith(t, data, nil, storeArgs...)
+		a = newAPI(t, s, tok)
+		rest := a.events(cmd.ID, first[len(first)-1].Seq, nil)
+		checkSeqs(t, rest, first[len(first)-1].Seq+1)
+		all := append(first, rest...)
+		var want strings.Builder
+		for i := 1; i <= 50; i++ {
+			fmt.Fprintf(&want, "line %d\n", i)
+		}
+		if got := output(all); got != want.String() {
+			t.Fatalf("output after the crash:\n%q\nwant\n%q", got, want.String())
+		}
+		done := a.wait(cmd.ID)
+		if done.State != bothy.CommandCompleted || *done.ExitCode != 0 || done.LastSeq != all[len(all)-1].Seq {
+			t.Fatalf("command after the crash: %+v", done)
+		}
+		a.must("POST", "/v1/computers/"+c.ID+"/stop", nil, nil)
+		if got := a.readFile(c.ID, "counter"); got != "once\n" {
+			t.Fatalf("counter = %q", got)
+		}
+		destroyAll(t, a, data)
+		s.stop(t)
+	})
+}

@@ -1,0 +1,73 @@
+package bothy
+
+import (
+	"context"
+	"time"
+)
+
+// Limits on a RunRequest beyond those of Command.
+const (
+	MaxStdinBytes = 1 << 20 // standard input given with a run request
+)
+
+// RunRequest is a caller's request to run a command on a computer.
+// Exactly one of Argv and Script is set.
+type RunRequest struct {
+	Argv   []string `json:"argv,omitempty"`
+	Script string   `json:"script,omitempty"` // run as bash -c SCRIPT
+	// Cwd is relative to the workspace root; "" is the root.
+	Cwd string            `json:"cwd,omitempty"`
+	Env map[string]string `json:"env,omitempty"`
+	// Stdin is the command's whole standard input, at most MaxStdinBytes.
+	Stdin     string `json:"stdin,omitempty"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	// IdempotencyKey makes the request safe to retry: a second request
+	// with the same key on the same computer returns the first command and
+	// starts nothing.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Wait asks the API to answer only when the command has ended.
+	Wait bool `json:"wait,omitempty"`
+}
+
+// Validate reports whether r can be admitted.
+func (r *RunRequest) Validate() error {
+	if len(r.Stdin) > MaxStdinBytes {
+		return Errorf(ETOOLARGE, "stdin must be at most %d bytes", MaxStdinBytes)
+	}
+	spec := ExecSpec{Argv: r.Argv, Script: r.Script, Cwd: r.Cwd, Env: r.Env, Timeout: time.Duration(r.TimeoutMS) * time.Millisecond}
+	return spec.Validate()
+}
+
+// ComputeService runs computers: it starts a lease lazily for the first
+// command, streams events, stops idle computers and tears leases down. It
+// is what the public API calls for everything beyond stored records.
+// Every method is scoped by tenant: another tenant's computer or command is
+// ENOTFOUND.
+type ComputeService interface {
+	// RunCommand admits a command on the computer, starting a lease if the
+	// computer is cold, and returns it at once (created false when the
+	// idempotency key named an existing command, which is returned as it
+	// is and not run again). A destroyed computer is ECONFLICT.
+	RunCommand(ctx context.Context, tenantID, computerID string, req RunRequest) (cmd *Command, created bool, err error)
+	// WaitCommand blocks until the command is in a terminal state, or ctx
+	// is done, and returns it.
+	WaitCommand(ctx context.Context, tenantID, commandID string) (*Command, error)
+	// WaitEvents blocks until the command has an event after seq, or is in
+	// a terminal state, or ctx is done (whose error it returns).
+	WaitEvents(ctx context.Context, tenantID, commandID string, after int64) error
+	// CancelCommand cancels a command: an admitted one never runs, a
+	// running one has its process tree killed. A command that has ended
+	// is returned as it is.
+	CancelCommand(ctx context.Context, tenantID, commandID string) (*Command, error)
+	// StopComputer checkpoints an active computer, releases its lease and
+	// returns it cold; a cold one is returned as it is. A destroyed
+	// computer is ECONFLICT.
+	StopComputer(ctx context.Context, tenantID, computerID string) (*Computer, error)
+	// DestroyComputer stops the computer if it runs, recording the
+	// teardown's residue on its lease, and marks it destroyed.
+	DestroyComputer(ctx context.Context, tenantID, computerID string) (*Computer, error)
+	// Checkpoint commits the workspace of an active computer now and
+	// returns the newest revision; for a cold computer it returns the
+	// newest revision without committing.
+	Checkpoint(ctx context.Context, tenantID, computerID string) (*Revision, error)
+}

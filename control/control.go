@@ -1,0 +1,244 @@
+// Package control is bothy's control plane: it admits commands, starts a
+// lease lazily for a cold computer's first command, dispatches each command
+// at most once to the runtime that holds the lease, stores the events the
+// runtime streams back, and stops idle computers. It implements
+// bothy.ComputeService for the public API and runtime.Control for the
+// runtimes, which always dial out to it (package agent).
+//
+// Durable state lives in the Store; what is in memory (the leases an agent
+// holds, requests to stop, cancel or checkpoint, and a command's
+// environment values and stdin until it is dispatched) is rebuilt from the
+// Store and from agents' polls after a restart, or its loss is made
+// explicit (see Controller.Reconcile).
+package control
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/runtime"
+)
+
+// Defaults of Config.
+const (
+	DefaultLeaseTTL     = 60 * time.Second
+	DefaultIdleTimeout  = 5 * time.Minute
+	DefaultMaxLifetime  = 12 * time.Hour
+	DefaultAckTimeout   = 15 * time.Second
+	DefaultPollWait     = 10 * time.Second
+	maxPollWait         = 30 * time.Second
+	stopWait            = 2 * time.Minute
+	reconcileInterval   = 2 * time.Second
+	fallbackWakeup      = time.Second
+	agentFreshness      = 30 * time.Second
+	faultAfterDispatch  = "after_dispatch"
+	faultBeforeRunReply = "before_running_report"
+)
+
+// Config configures a Controller.
+type Config struct {
+	// Profiles maps each profile a computer may use to the provider that
+	// serves it ("standard" → "bwrap"). A profile missing here is refused,
+	// never served by another provider.
+	Profiles map[string]string
+	// AgentToken authenticates agents' polls.
+	AgentToken string
+	// Signer signs lease credentials; nil is a random key.
+	Signer *runtime.Signer
+	// Limits are every lease's resource limits.
+	Limits bothy.Limits
+	// LeaseTTL is how long a lease lives without a heartbeat (an agent's
+	// poll) before the reaper declares it lost.
+	LeaseTTL time.Duration
+	// IdleTimeout stops a computer that ran nothing for this long.
+	IdleTimeout time.Duration
+	// MaxLifetime stops a lease this long after it became ready, even if
+	// busy.
+	MaxLifetime time.Duration
+	// AckTimeout is how long a dispatched command may wait for the
+	// runtime's acknowledgement before the control plane asks about it
+	// (may_have_started).
+	AckTimeout time.Duration
+	// Fault names a fault-injection point at which the process kills
+	// itself with SIGKILL, for crash tests: "after_dispatch" (a command
+	// was dispatched, and the poll answer carrying it is never sent) or
+	// "before_running_report" (the runtime acknowledged a command, and the
+	// control plane dies before recording it). Set from BOTHY_FAULT.
+	Fault  string
+	Logger *slog.Logger
+}
+
+// Controller is the control plane. Create it with New and run its
+// background loop with Run.
+type Controller struct {
+	store  bothy.Store
+	cfg    Config
+	signer *runtime.Signer
+	log    *slog.Logger
+	now    func() time.Time
+
+	mu      sync.Mutex
+	version int64
+	wake    chan struct{} // closed and replaced when the desired state changes
+	watch   map[string]chan struct{}
+	agents  map[string]time.Time // agent id → last poll
+	leases  map[string]*leaseState
+	specs   map[string]*runtime.Spec // command id → spec, until dispatched
+	sentAt  map[string]time.Time     // command id → when this process dispatched it
+	cancels map[string]bool          // command id → cancel requested
+	stops   map[string]bool          // computer id → stop requested
+	faulted bool
+}
+
+// leaseState is what the controller knows of an unreleased lease.
+type leaseState struct {
+	id, tenantID, computerID string
+	generation               int64
+	provider                 string
+	agent                    string // "" until an agent claims it
+	ready                    bool
+	readyAt, lastUsed        time.Time
+	ckptWanted, ckptDone     int64
+	ckptRevision             int64
+	ckptErr                  string
+}
+
+// New returns a controller over store.
+func New(store bothy.Store, cfg Config) *Controller {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Signer == nil {
+		cfg.Signer = runtime.NewSigner(nil)
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = DefaultLeaseTTL
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxLifetime <= 0 {
+		cfg.MaxLifetime = DefaultMaxLifetime
+	}
+	if cfg.AckTimeout <= 0 {
+		cfg.AckTimeout = DefaultAckTimeout
+	}
+	return &Controller{
+		store: store, cfg: cfg, signer: cfg.Signer, log: cfg.Logger, now: time.Now,
+		version: 1, // above an agent's first poll (0), which is answered at once
+		wake:    make(chan struct{}), watch: map[string]chan struct{}{},
+		agents: map[string]time.Time{}, leases: map[string]*leaseState{},
+		specs: map[string]*runtime.Spec{}, sentAt: map[string]time.Time{},
+		cancels: map[string]bool{}, stops: map[string]bool{},
+	}
+}
+
+var (
+	_ bothy.ComputeService = (*Controller)(nil)
+	_ runtime.Control      = (*Controller)(nil)
+)
+
+// changed records that the desired state moved on and wakes waiting polls.
+func (c *Controller) changed() {
+	c.mu.Lock()
+	c.version++
+	close(c.wake)
+	c.wake = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// notify wakes the waiters on a command's events and state.
+func (c *Controller) notify(commandID string) {
+	c.mu.Lock()
+	if ch, ok := c.watch[commandID]; ok {
+		close(ch)
+		delete(c.watch, commandID)
+	}
+	c.mu.Unlock()
+}
+
+// watcher returns a channel closed at the command's next notify.
+func (c *Controller) watcher(commandID string) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch, ok := c.watch[commandID]
+	if !ok {
+		ch = make(chan struct{})
+		c.watch[commandID] = ch
+	}
+	return ch
+}
+
+// fault kills the process at the named fault-injection point.
+func (c *Controller) fault(point string) {
+	if c.cfg.Fault != point {
+		return
+	}
+	c.log.Warn("fault injection: killing the process", "point", point)
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way
+}
+
+// Run runs the reconciler until ctx is done: it reaps leases whose runtime
+// stopped polling, stops idle computers and those past their lifetime, and
+// asks about commands whose acknowledgement is overdue.
+func (c *Controller) Run(ctx context.Context) error {
+	if err := c.Reconcile(ctx); err != nil {
+		return err
+	}
+	t := time.NewTicker(reconcileInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := c.reap(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("reap leases", "err", err)
+		}
+		c.stopIdle(ctx)
+	}
+}
+
+// Reconcile is the start-up pass: every command left dispatched by an
+// earlier process may or may not have reached its runtime, so it becomes
+// may_have_started, and the runtime is asked about it on its next poll.
+func (c *Controller) Reconcile(ctx context.Context) error {
+	tenants, err := c.store.ListTenants(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range tenants {
+		for {
+			cmds, err := c.store.ListCommands(ctx, t.ID, bothy.CommandFilter{State: bothy.CommandDispatched, Limit: 1000})
+			if err != nil {
+				return err
+			}
+			for _, cmd := range cmds {
+				if _, err := c.store.TransitionCommand(ctx, t.ID, cmd.ID, []string{bothy.CommandDispatched}, bothy.CommandMayHaveStarted, bothy.CommandUpdate{}); err != nil && bothy.ErrorCode(err) != bothy.ECONFLICT {
+					return err
+				}
+				c.log.Info("command may have started before a restart; the runtime will be asked", "command", cmd.ID)
+			}
+			if len(cmds) < 1000 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// newID returns prefix and 12 random bytes in hex.
+func newID(prefix string) string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}

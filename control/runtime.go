@@ -1,0 +1,506 @@
+package control
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"time"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/runtime"
+)
+
+// Poll implements runtime.Control: it heartbeats the leases the agent
+// holds, adopts those it knew nothing of (after a restart of either side),
+// and answers the desired state of every lease assigned to the agent.
+func (c *Controller) Poll(ctx context.Context, agentToken string, req *runtime.PollRequest) (*runtime.PollResponse, error) {
+	if c.cfg.AgentToken == "" || subtle.ConstantTimeCompare([]byte(agentToken), []byte(c.cfg.AgentToken)) != 1 {
+		return nil, bothy.Errorf(bothy.EUNAUTHORIZED, "agent token is not valid")
+	} else if err := bothy.ValidateID("agent id", req.AgentID); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.agents[req.AgentID] = c.now()
+	version, wake := c.version, c.wake
+	c.mu.Unlock()
+	for _, h := range req.Leases {
+		if err := c.adopt(ctx, req.AgentID, h); err != nil {
+			return nil, err
+		}
+	}
+	if req.Version >= version && req.Wait > 0 {
+		wait := min(req.Wait, maxPollWait)
+		t := time.NewTimer(wait)
+		select {
+		case <-wake:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+		t.Stop()
+	}
+	c.mu.Lock()
+	version = c.version
+	var mine []*leaseState
+	for _, l := range c.leases {
+		if l.agent == "" {
+			l.agent = req.AgentID
+		}
+		if l.agent == req.AgentID {
+			mine = append(mine, l)
+		}
+	}
+	c.mu.Unlock()
+	resp := &runtime.PollResponse{Version: version, Leases: []*runtime.LeaseWork{}}
+	for _, l := range mine {
+		w, err := c.leaseWork(ctx, l)
+		if err != nil {
+			return nil, err
+		} else if w != nil {
+			resp.Leases = append(resp.Leases, w)
+		}
+	}
+	return resp, nil
+}
+
+// adopt registers a lease an agent reports holding if it is the unreleased
+// lease of its generation; anything else the agent tears down, because the
+// answer will not list it.
+func (c *Controller) adopt(ctx context.Context, agent string, h runtime.HeldLease) error {
+	c.mu.Lock()
+	_, known := c.leases[h.LeaseID]
+	c.mu.Unlock()
+	if known {
+		return nil
+	}
+	l, err := c.store.FindLease(ctx, h.TenantID, h.LeaseID)
+	if bothy.ErrorCode(err) == bothy.ENOTFOUND {
+		return nil
+	} else if err != nil {
+		return err
+	} else if !l.ReleasedAt.IsZero() || l.Generation != h.Generation {
+		return nil
+	}
+	comp, err := c.store.FindComputer(ctx, l.TenantID, l.ComputerID)
+	if err != nil {
+		return err
+	}
+	ready := comp.State == bothy.StateActive || comp.State == bothy.StateStopping
+	now := c.now()
+	c.mu.Lock()
+	if _, known := c.leases[h.LeaseID]; !known {
+		c.leases[l.ID] = &leaseState{id: l.ID, tenantID: l.TenantID, computerID: l.ComputerID, generation: l.Generation,
+			provider: l.Provider, agent: agent, ready: ready, readyAt: now, lastUsed: now}
+		if comp.State == bothy.StateStopping {
+			c.stops[l.ComputerID] = true
+		}
+	}
+	c.mu.Unlock()
+	c.log.Info("lease adopted from agent", "lease", l.ID, "agent", agent, "ready", ready)
+	return nil
+}
+
+// leaseWork computes one lease's desired state, dispatching its admitted
+// commands. A lease that is no longer unreleased at its generation is
+// dropped and gets no entry (its agent tears it down).
+func (c *Controller) leaseWork(ctx context.Context, l *leaseState) (*runtime.LeaseWork, error) {
+	now := c.now()
+	if err := c.store.HeartbeatLease(ctx, l.tenantID, l.id, l.generation, now.Add(c.cfg.LeaseTTL)); bothy.ErrorCode(err) == bothy.ECONFLICT || bothy.ErrorCode(err) == bothy.ENOTFOUND {
+		c.dropLease(l.id)
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	comp, err := c.store.FindComputer(ctx, l.tenantID, l.computerID)
+	if err != nil {
+		return nil, err
+	}
+	tenant, err := c.store.FindTenant(ctx, l.tenantID)
+	if err != nil {
+		return nil, err
+	}
+	expires := now.Add(runtime.DefaultCredentialTTL)
+	c.mu.Lock()
+	stop := c.stops[l.computerID]
+	ready, ckpt := l.ready, l.ckptWanted
+	c.mu.Unlock()
+	w := &runtime.LeaseWork{
+		LeaseID: l.id, TenantID: l.tenantID, ComputerID: l.computerID, Generation: l.generation, Provider: l.provider,
+		Credential: c.signer.Sign(runtime.Claims{TenantID: l.tenantID, ComputerID: l.computerID, LeaseID: l.id,
+			Generation: l.generation, Expires: expires}),
+		CredentialExpires: expires, HashKey: tenant.HashKey, Revision: comp.Revision, Limits: c.cfg.Limits,
+		Stop: stop || comp.State == bothy.StateStopping || comp.State == bothy.StateDestroyed, Checkpoint: ckpt,
+	}
+	if comp.Revision > 0 {
+		rev, err := c.store.FindRevision(ctx, l.tenantID, l.computerID, comp.Revision)
+		if err != nil {
+			return nil, err
+		}
+		w.RootDigest, w.Packs, w.Size, w.FileCount = rev.RootDigest, rev.Packs, rev.Size, rev.FileCount
+	}
+	if !ready {
+		return w, nil
+	}
+	for _, state := range []string{bothy.CommandAdmitted, bothy.CommandDispatched, bothy.CommandMayHaveStarted, bothy.CommandRunning} {
+		cmds, err := c.store.ListCommands(ctx, l.tenantID, bothy.CommandFilter{ComputerID: l.computerID, State: state, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		for _, cmd := range cmds {
+			cw, err := c.commandWork(ctx, l, cmd, w.Stop)
+			if err != nil {
+				return nil, err
+			} else if cw != nil {
+				w.Commands = append(w.Commands, cw...)
+			}
+		}
+	}
+	return w, nil
+}
+
+// commandWork decides what the lease's runtime must do about cmd.
+func (c *Controller) commandWork(ctx context.Context, l *leaseState, cmd *bothy.Command, stopping bool) ([]*runtime.CommandWork, error) {
+	c.mu.Lock()
+	cancel, spec, sent := c.cancels[cmd.ID], c.specs[cmd.ID], c.sentAt[cmd.ID]
+	c.mu.Unlock()
+	switch cmd.State {
+	case bothy.CommandAdmitted:
+		if stopping {
+			return nil, nil // the next lease runs it
+		}
+		if spec == nil {
+			spec = &runtime.Spec{Argv: cmd.Argv, Script: cmd.Script, Cwd: cmd.Cwd, TimeoutMS: cmd.TimeoutMS}
+			if len(cmd.EnvNames) > 0 {
+				// Values are never stored; they died with the process that
+				// admitted the command.
+				c.finishFailed(ctx, cmd, []string{bothy.CommandAdmitted}, "the server restarted before dispatch and environment values are not kept; run it again")
+				return nil, nil
+			}
+		}
+		if _, err := c.store.DispatchCommand(ctx, l.tenantID, cmd.ID, l.id, l.generation); bothy.ErrorCode(err) == bothy.ECONFLICT {
+			return nil, nil // another poll dispatched it, or it was cancelled
+		} else if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		c.sentAt[cmd.ID] = c.now()
+		delete(c.specs, cmd.ID)
+		l.lastUsed = c.now()
+		c.mu.Unlock()
+		c.fault(faultAfterDispatch)
+		return []*runtime.CommandWork{{CommandID: cmd.ID, Action: runtime.ActRun, Spec: spec}}, nil
+	case bothy.CommandDispatched:
+		if cmd.Generation != l.generation {
+			return nil, nil
+		}
+		if !sent.IsZero() && c.now().Sub(sent) < c.cfg.AckTimeout {
+			return nil, nil // the runtime has it; its acknowledgement is on the way
+		}
+		if _, err := c.store.TransitionCommand(ctx, l.tenantID, cmd.ID, []string{bothy.CommandDispatched}, bothy.CommandMayHaveStarted, bothy.CommandUpdate{}); err != nil && bothy.ErrorCode(err) != bothy.ECONFLICT {
+			return nil, err
+		}
+		return []*runtime.CommandWork{{CommandID: cmd.ID, Action: runtime.ActStatus}}, nil
+	case bothy.CommandMayHaveStarted:
+		if cmd.Generation != l.generation {
+			return nil, nil
+		}
+		return []*runtime.CommandWork{{CommandID: cmd.ID, Action: runtime.ActStatus}}, nil
+	case bothy.CommandRunning:
+		if cmd.Generation != l.generation {
+			return nil, nil
+		}
+		out := []*runtime.CommandWork{{CommandID: cmd.ID, Action: runtime.ActAttach, AfterSeq: cmd.LastSeq}}
+		if cancel {
+			out = append(out, &runtime.CommandWork{CommandID: cmd.ID, Action: runtime.ActCancel})
+		}
+		return out, nil
+	}
+	return nil, nil
+}
+
+// finishFailed moves a command to failed, via running where the states
+// require it, recording why as a state event.
+func (c *Controller) finishFailed(ctx context.Context, cmd *bothy.Command, from []string, reason string) {
+	fields, _ := json.Marshal(map[string]string{"state": bothy.CommandFailed, "error": reason})
+	if err := c.store.AppendEvents(ctx, cmd.TenantID, cmd.ID, 0, []bothy.Event{{Kind: bothy.EventState, Fields: string(fields)}}); err != nil {
+		c.log.Warn("record failure event", "command", cmd.ID, "err", err)
+	}
+	if _, err := c.store.TransitionCommand(ctx, cmd.TenantID, cmd.ID, from, bothy.CommandFailed, bothy.CommandUpdate{}); err != nil {
+		c.log.Warn("fail command", "command", cmd.ID, "err", err)
+	}
+	c.forget(cmd.ID)
+	c.notify(cmd.ID)
+}
+
+func (c *Controller) dropLease(id string) {
+	c.mu.Lock()
+	delete(c.leases, id)
+	c.mu.Unlock()
+}
+
+// claims verifies a lease credential and finds the controller's state of
+// its lease, adopting it if the controller restarted since.
+func (c *Controller) claims(cred string) (*runtime.Claims, error) {
+	return c.signer.Verify(cred, c.now())
+}
+
+// Ready implements runtime.Control.
+func (c *Controller) Ready(ctx context.Context, cred string, req *runtime.ReadyRequest) error {
+	cl, err := c.claims(cred)
+	if err != nil {
+		return err
+	}
+	if err := c.store.HeartbeatLease(ctx, cl.TenantID, cl.LeaseID, cl.Generation, c.now().Add(c.cfg.LeaseTTL)); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	l := c.leases[cl.LeaseID]
+	stop := c.stops[cl.ComputerID]
+	if l != nil {
+		l.ready, l.readyAt, l.lastUsed = true, c.now(), c.now()
+	}
+	c.mu.Unlock()
+	if l == nil {
+		return bothy.Errorf(bothy.ENOTFOUND, "lease %q is not known; poll again", cl.LeaseID)
+	}
+	state := bothy.StateActive
+	if stop {
+		state = bothy.StateStopping
+	}
+	if err := c.store.SetComputerState(ctx, cl.TenantID, cl.ComputerID, state); err != nil {
+		return err
+	}
+	c.log.Info("lease ready", "lease", cl.LeaseID, "computer", cl.ComputerID, "host", req.Host)
+	c.changed()
+	return nil
+}
+
+// Released implements runtime.Control: the lease is torn down; commands
+// of its generation that did not finish are lost, and admitted commands
+// start a new lease.
+func (c *Controller) Released(ctx context.Context, cred string, req *runtime.ReleaseRequest) error {
+	cl, err := c.claims(cred)
+	if err != nil {
+		return err
+	}
+	if !bothy.ValidDisposition(req.Disposition) {
+		return bothy.Errorf(bothy.EINVALID, "unknown disposition %q", req.Disposition)
+	}
+	if err := c.store.ReleaseLease(ctx, cl.TenantID, cl.LeaseID, cl.Generation, req.Disposition, req.Residue); err != nil {
+		if bothy.ErrorCode(err) != bothy.ECONFLICT {
+			return err
+		}
+		l, ferr := c.store.FindLease(ctx, cl.TenantID, cl.LeaseID)
+		if ferr != nil || l.ReleasedAt.IsZero() {
+			return err
+		}
+		// Released already: the answer to an earlier report was lost.
+	}
+	c.log.Info("lease released", "lease", cl.LeaseID, "computer", cl.ComputerID, "disposition", req.Disposition, "error", req.Error)
+	if req.Disposition == bothy.LeaseFailed {
+		// The sandbox never became ready: the commands waiting for it fail
+		// with the reason, rather than start lease after failing lease.
+		admitted, err := c.store.ListCommands(ctx, cl.TenantID, bothy.CommandFilter{ComputerID: cl.ComputerID, State: bothy.CommandAdmitted, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		for _, cmd := range admitted {
+			c.finishFailed(ctx, cmd, []string{bothy.CommandAdmitted}, "the computer could not start: "+req.Error)
+		}
+	}
+	return c.afterRelease(ctx, cl.TenantID, cl.ComputerID, cl.LeaseID, cl.Generation)
+}
+
+// afterRelease settles what a released lease leaves: its unfinished
+// commands are lost, and admitted ones get a new lease.
+func (c *Controller) afterRelease(ctx context.Context, tenantID, computerID, leaseID string, generation int64) error {
+	c.dropLease(leaseID)
+	c.mu.Lock()
+	delete(c.stops, computerID)
+	c.mu.Unlock()
+	for _, state := range []string{bothy.CommandDispatched, bothy.CommandMayHaveStarted, bothy.CommandRunning} {
+		cmds, err := c.store.ListCommands(ctx, tenantID, bothy.CommandFilter{ComputerID: computerID, State: state, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		for _, cmd := range cmds {
+			if cmd.Generation != generation {
+				continue
+			}
+			from := []string{cmd.State}
+			if cmd.State == bothy.CommandDispatched {
+				if _, err := c.store.TransitionCommand(ctx, tenantID, cmd.ID, from, bothy.CommandMayHaveStarted, bothy.CommandUpdate{}); err != nil {
+					continue
+				}
+				from = []string{bothy.CommandMayHaveStarted}
+			}
+			fields, _ := json.Marshal(map[string]string{"state": bothy.CommandLost, "reason": "its lease ended before it finished"})
+			c.store.AppendEvents(ctx, tenantID, cmd.ID, 0, []bothy.Event{{Kind: bothy.EventState, Fields: string(fields)}})
+			if _, err := c.store.TransitionCommand(ctx, tenantID, cmd.ID, from, bothy.CommandLost, bothy.CommandUpdate{}); err != nil && bothy.ErrorCode(err) != bothy.ECONFLICT {
+				return err
+			}
+			c.forget(cmd.ID)
+			c.notify(cmd.ID)
+		}
+	}
+	admitted, err := c.store.ListCommands(ctx, tenantID, bothy.CommandFilter{ComputerID: computerID, State: bothy.CommandAdmitted, Limit: 1})
+	if err != nil {
+		return err
+	}
+	if len(admitted) > 0 {
+		if err := c.ensureLease(ctx, tenantID, computerID); err != nil {
+			c.log.Warn("start a lease for admitted commands", "computer", computerID, "err", err)
+		}
+	}
+	c.changed()
+	return nil
+}
+
+// Commit implements runtime.Control: a compare-and-swap fenced by the
+// credential's lease and generation.
+func (c *Controller) Commit(ctx context.Context, cred string, req *runtime.CommitRequest) (*bothy.Revision, error) {
+	cl, err := c.claims(cred)
+	if err != nil {
+		return nil, err
+	}
+	return c.store.CommitRevision(ctx, &bothy.CommitRequest{
+		TenantID: cl.TenantID, ComputerID: cl.ComputerID, Generation: cl.Generation, Base: req.Base,
+		RootDigest: req.RootDigest, Packs: req.Packs, Size: req.Size, FileCount: req.FileCount,
+		CreatedBy: cl.LeaseID, LeaseID: cl.LeaseID,
+	})
+}
+
+// Checkpointed implements runtime.Control.
+func (c *Controller) Checkpointed(ctx context.Context, cred string, req *runtime.CheckpointedRequest) error {
+	cl, err := c.claims(cred)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.leases[cl.LeaseID]; l != nil && l.generation == cl.Generation && req.Checkpoint > l.ckptDone {
+		l.ckptDone, l.ckptRevision, l.ckptErr = req.Checkpoint, req.Revision, req.Error
+	}
+	return nil
+}
+
+// command finds a command of the credential's computer.
+func (c *Controller) command(ctx context.Context, cl *runtime.Claims, id string) (*bothy.Command, error) {
+	cmd, err := c.store.FindCommand(ctx, cl.TenantID, id)
+	if err != nil {
+		return nil, err
+	} else if cmd.ComputerID != cl.ComputerID {
+		return nil, bothy.Errorf(bothy.ENOTFOUND, "command %q not found", id)
+	}
+	return cmd, nil
+}
+
+// AppendEvents implements runtime.Control.
+func (c *Controller) AppendEvents(ctx context.Context, cred, commandID string, events []bothy.Event) (*runtime.EventsResponse, error) {
+	cl, err := c.claims(cred)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.command(ctx, cl, commandID); err != nil {
+		return nil, err
+	}
+	if len(events) > 0 {
+		if err := c.store.AppendEvents(ctx, cl.TenantID, commandID, cl.Generation, events); err != nil {
+			return nil, err
+		}
+		c.notify(commandID)
+	}
+	cmd, err := c.store.FindCommand(ctx, cl.TenantID, commandID)
+	if err != nil {
+		return nil, err
+	}
+	return &runtime.EventsResponse{LastSeq: cmd.LastSeq}, nil
+}
+
+// Report implements runtime.Control: it moves the command to the state the
+// runtime reports, fenced by the credential's generation.
+func (c *Controller) Report(ctx context.Context, cred, commandID string, r *runtime.Report) error {
+	cl, err := c.claims(cred)
+	if err != nil {
+		return err
+	}
+	cmd, err := c.command(ctx, cl, commandID)
+	if err != nil {
+		return err
+	} else if cmd.Generation != cl.Generation {
+		return bothy.Errorf(bothy.ECONFLICT, "command %q was dispatched at generation %d, not %d", commandID, cmd.Generation, cl.Generation)
+	}
+	defer c.notify(commandID)
+	gen := cl.Generation
+	toRunning := func() error {
+		if cmd.State == bothy.CommandRunning {
+			return nil
+		}
+		got, err := c.store.TransitionCommand(ctx, cl.TenantID, commandID, []string{bothy.CommandDispatched, bothy.CommandMayHaveStarted}, bothy.CommandRunning, bothy.CommandUpdate{Generation: gen})
+		if err == nil {
+			cmd = got
+		}
+		return err
+	}
+	switch r.State {
+	case runtime.ReportRunning:
+		c.fault(faultBeforeRunReply)
+		if bothy.CommandTerminal(cmd.State) {
+			return nil
+		}
+		return toRunning()
+	case runtime.ReportNeverSeen:
+		if cmd.State == bothy.CommandDispatched {
+			if _, err := c.store.TransitionCommand(ctx, cl.TenantID, commandID, []string{bothy.CommandDispatched}, bothy.CommandMayHaveStarted, bothy.CommandUpdate{}); err != nil {
+				return err
+			}
+			cmd.State = bothy.CommandMayHaveStarted
+		}
+		if cmd.State != bothy.CommandMayHaveStarted {
+			return bothy.Errorf(bothy.ECONFLICT, "command %q is %s, not may_have_started", commandID, cmd.State)
+		}
+		if _, err := c.store.TransitionCommand(ctx, cl.TenantID, commandID, []string{bothy.CommandMayHaveStarted}, bothy.CommandAdmitted, bothy.CommandUpdate{Generation: gen}); err != nil {
+			return err
+		}
+		c.log.Info("command never reached its runtime; it will be dispatched once more", "command", commandID)
+		c.changed()
+		return nil
+	case runtime.ReportFinished, runtime.ReportFailed, runtime.ReportLost:
+		if bothy.CommandTerminal(cmd.State) {
+			return nil
+		} else if cmd.LastSeq < r.LastSeq {
+			return bothy.Errorf(bothy.ECONFLICT, "command %q has events up to %d stored, not %d; send them first", commandID, cmd.LastSeq, r.LastSeq)
+		}
+		if err := toRunning(); err != nil {
+			return err
+		}
+		to, u := bothy.CommandFailed, bothy.CommandUpdate{Generation: gen, RevisionAfter: r.RevisionAfter, OutputDigest: r.OutputDigest}
+		switch {
+		case r.State == runtime.ReportLost:
+			to = bothy.CommandLost
+		case r.State == runtime.ReportFinished && r.Exit != nil:
+			code := r.Exit.ExitCode
+			u.ExitCode, u.Signal, u.DurationMS = &code, r.Exit.Signal, r.Exit.Duration.Milliseconds()
+			switch {
+			case r.Exit.TimedOut:
+				to = bothy.CommandTimedOut
+			case r.Exit.Cancelled:
+				to = bothy.CommandCancelled
+			default:
+				to = bothy.CommandCompleted
+			}
+		}
+		if _, err := c.store.TransitionCommand(ctx, cl.TenantID, commandID, []string{bothy.CommandRunning}, to, u); err != nil {
+			return err
+		}
+		c.forget(commandID)
+		c.mu.Lock()
+		if l := c.leases[cl.LeaseID]; l != nil {
+			l.lastUsed = c.now()
+		}
+		c.mu.Unlock()
+		return nil
+	}
+	return bothy.Errorf(bothy.EINVALID, "unknown reported state %q", r.State)
+}

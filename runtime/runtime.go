@@ -1,0 +1,208 @@
+// Package runtime is the protocol between the control plane and the
+// runtimes that run its leases (package agent). The runtime always dials
+// out: an agent polls the control plane for the desired state of the
+// leases assigned to it, and reports back what happened, each report
+// authenticated by a short-lived lease credential (see Signer) bound to
+// {tenant, computer, lease, generation, expiry}. Everything a runtime sends
+// is fenced by the generation in its credential, so a runtime of an older
+// generation can never commit a revision, append events or finish a
+// command.
+//
+// The protocol is level-triggered: a poll answer is the whole desired
+// state of the agent's leases (start, stop, checkpoint, and per command run
+// once, ask, attach or cancel), and the agent acts on it idempotently. A
+// command is sent to run exactly once, when it is dispatched; after a
+// break the control plane only asks about it, and the per-lease supervisor
+// answers exactly because it journals a command before starting it. Events
+// carry their seq: the control plane stores each seq once and acknowledges
+// the newest, and the agent resumes after it, so delivery survives a
+// restart of either side. Each command's events travel in their own
+// request stream, so one noisy command cannot stall another's.
+//
+// Control is the interface both sides share; Handler serves it over HTTP
+// and Client calls it over HTTP. The embedded server's in-process agent
+// uses Client too: the same protocol, over loopback.
+package runtime
+
+import (
+	"context"
+	"time"
+
+	"github.com/bothyhq/bothy"
+)
+
+// Actions on a command in a poll answer.
+const (
+	// ActRun: run the command. Sent exactly once, when the command is
+	// dispatched; the agent passes it to the lease's supervisor, which
+	// starts nothing for a command id it already journaled.
+	ActRun = "run"
+	// ActStatus: report what the supervisor knows of the command (the
+	// control plane lost track of it: may_have_started).
+	ActStatus = "status"
+	// ActAttach: the command runs; stream its events after AfterSeq.
+	ActAttach = "attach"
+	// ActCancel: kill the command's process tree.
+	ActCancel = "cancel"
+)
+
+// Reported command states (Report.State).
+const (
+	ReportRunning   = "running"    // accepted by the supervisor
+	ReportFinished  = "finished"   // the process ended; Exit says how
+	ReportFailed    = "failed"     // the provider could not run it
+	ReportLost      = "lost"       // the supervisor that ran it died
+	ReportNeverSeen = "never_seen" // the supervisor has no journal of it: it never started
+)
+
+// PollRequest is an agent's poll.
+type PollRequest struct {
+	AgentID string `json:"agent_id"`
+	// Leases are the leases the agent holds: started, starting or found on
+	// disk after a restart.
+	Leases []HeldLease `json:"leases"`
+	// Version is the Version of the agent's previous answer (0 at first):
+	// the poll returns at once if the desired state moved on since, and
+	// otherwise waits up to Wait for it to.
+	Version int64         `json:"version"`
+	Wait    time.Duration `json:"wait"`
+}
+
+// HeldLease is one lease an agent holds.
+type HeldLease struct {
+	LeaseID    string `json:"lease_id"`
+	TenantID   string `json:"tenant_id"`
+	Generation int64  `json:"generation"`
+}
+
+// PollResponse is the desired state of the agent's leases.
+type PollResponse struct {
+	Version int64        `json:"version"`
+	Leases  []*LeaseWork `json:"leases"`
+}
+
+// LeaseWork is the desired state of one lease. A lease the agent holds
+// that is not listed is released: the agent tears it down.
+type LeaseWork struct {
+	LeaseID    string `json:"lease_id"`
+	TenantID   string `json:"tenant_id"`
+	ComputerID string `json:"computer_id"`
+	Generation int64  `json:"generation"`
+	Provider   string `json:"provider"`
+	// Credential authenticates the agent's reports about this lease until
+	// CredentialExpires; every answer carries a fresh one.
+	Credential        string    `json:"credential"`
+	CredentialExpires time.Time `json:"credential_expires"`
+	// HashKey is the tenant's checkpoint key (checkpoint.NewRepo).
+	HashKey []byte `json:"hash_key"`
+	// Revision is the computer's current revision: the base to
+	// materialize when starting, and the base of the next commit. RootDigest,
+	// Packs, Size and FileCount are that revision's (empty for revision 0).
+	Revision   int64        `json:"revision"`
+	RootDigest string       `json:"root_digest,omitempty"`
+	Packs      []string     `json:"packs,omitempty"`
+	Size       int64        `json:"size,omitempty"`
+	FileCount  int64        `json:"file_count,omitempty"`
+	Limits     bothy.Limits `json:"limits"`
+	// Stop asks the agent to checkpoint, tear the lease down and report it
+	// released.
+	Stop bool `json:"stop,omitempty"`
+	// Checkpoint, when above the last one the agent did, asks for a
+	// checkpoint now, answered with Checkpointed.
+	Checkpoint int64          `json:"checkpoint,omitempty"`
+	Commands   []*CommandWork `json:"commands,omitempty"`
+}
+
+// CommandWork is one action on a command of a lease.
+type CommandWork struct {
+	CommandID string `json:"command_id"`
+	Action    string `json:"action"`
+	// Spec is the command, for ActRun only.
+	Spec *Spec `json:"spec,omitempty"`
+	// AfterSeq is the newest seq the control plane stored: stream after it.
+	AfterSeq int64 `json:"after_seq"`
+}
+
+// Spec is a command as the runtime runs it.
+type Spec struct {
+	Argv      []string          `json:"argv,omitempty"`
+	Script    string            `json:"script,omitempty"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	Stdin     []byte            `json:"stdin,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+}
+
+// ReadyRequest reports a lease's sandbox ready.
+type ReadyRequest struct {
+	Host       string `json:"host"`
+	SandboxRef string `json:"sandbox_ref"`
+}
+
+// ReleaseRequest reports a lease torn down.
+type ReleaseRequest struct {
+	Disposition string `json:"disposition"` // a bothy.Lease* disposition
+	Residue     string `json:"residue"`     // JSON bothy.Residue, "" if none
+	Error       string `json:"error,omitempty"`
+}
+
+// CommitRequest commits a checkpoint of the lease's workspace as the next
+// revision after Base.
+type CommitRequest struct {
+	Base       int64    `json:"base"`
+	RootDigest string   `json:"root_digest"`
+	Packs      []string `json:"packs"`
+	Size       int64    `json:"size"`
+	FileCount  int64    `json:"file_count"`
+}
+
+// CheckpointedRequest answers a LeaseWork.Checkpoint request.
+type CheckpointedRequest struct {
+	Checkpoint int64  `json:"checkpoint"`
+	Revision   int64  `json:"revision"`
+	Error      string `json:"error,omitempty"`
+}
+
+// Report is what the runtime knows of a command.
+type Report struct {
+	State string `json:"state"` // one of the Report* states
+	// Exit is how the process ended (ReportFinished).
+	Exit *Exit `json:"exit,omitempty"`
+	// Error says why (ReportFailed, ReportLost).
+	Error string `json:"error,omitempty"`
+	// LastSeq is the newest seq the runtime holds for the command; a
+	// finished report is accepted only once the control plane stored every
+	// event up to it.
+	LastSeq int64 `json:"last_seq"`
+	// RevisionAfter is the revision committed after the command ended.
+	RevisionAfter int64 `json:"revision_after,omitempty"`
+	// OutputDigest names the blob that archives the command's output.
+	OutputDigest string `json:"output_digest,omitempty"`
+}
+
+// Exit is how a command's process ended.
+type Exit struct {
+	bothy.ExecResult
+	Cancelled bool `json:"cancelled,omitempty"`
+}
+
+// EventsResponse acknowledges stored events.
+type EventsResponse struct {
+	LastSeq int64 `json:"last_seq"`
+}
+
+// Control is the control plane as a runtime sees it. Poll is authenticated
+// by the agent's token; every other call by a lease credential, whose
+// claims name the lease and generation the call acts for.
+type Control interface {
+	Poll(ctx context.Context, agentToken string, req *PollRequest) (*PollResponse, error)
+	Ready(ctx context.Context, cred string, req *ReadyRequest) error
+	Released(ctx context.Context, cred string, req *ReleaseRequest) error
+	Commit(ctx context.Context, cred string, req *CommitRequest) (*bothy.Revision, error)
+	Checkpointed(ctx context.Context, cred string, req *CheckpointedRequest) error
+	Report(ctx context.Context, cred, commandID string, req *Report) error
+	// AppendEvents stores a command's events (each with its seq; a seq
+	// already stored with the same content is a no-op) and returns the
+	// newest stored seq, which the runtime acknowledges to its supervisor.
+	AppendEvents(ctx context.Context, cred, commandID string, events []bothy.Event) (*EventsResponse, error)
+}
