@@ -431,6 +431,11 @@ func (c *Controller) Report(ctx context.Context, cred, commandID string, r *runt
 	} else if cmd.Generation != cl.Generation {
 		return bothy.Errorf(bothy.ECONFLICT, "command %q was dispatched at generation %d, not %d", commandID, cmd.Generation, cl.Generation)
 	}
+	if l, err := c.store.FindLease(ctx, cl.TenantID, cl.LeaseID); err != nil {
+		return err
+	} else if !l.ReleasedAt.IsZero() || l.Generation != cl.Generation {
+		return bothy.Errorf(bothy.ECONFLICT, "lease %q of generation %d is released: its runtime is stale", cl.LeaseID, cl.Generation)
+	}
 	defer c.notify(commandID)
 	gen := cl.Generation
 	toRunning := func() error {

@@ -47,7 +47,7 @@ func NewSigner(key []byte) *Signer {
 	return &Signer{key: key}
 }
 
-var b64 = base64.RawURLEncoding
+var b64 = base64.RawURLEncoding.Strict()
 
 // Sign returns the credential of c.
 func (s *Signer) Sign(c Claims) string {

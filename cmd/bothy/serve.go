@@ -83,11 +83,19 @@ func runServe(ctx context.Context, args []string) error {
 	for name := range profiles {
 		names = append(names, name)
 	}
-	mux := nethttp.NewServeMux()
-	mux.Handle(runtime.PathPrefix, runtime.Handler(ctl, log))
-	mux.Handle("/", bhttp.NewServer(e.store, files, bhttp.Options{Logger: log, Compute: ctl, Profiles: names}))
+	api := bhttp.NewServer(e.store, ctl.Files(files), bhttp.Options{Logger: log, Compute: ctl, Profiles: names})
+	rt := runtime.Handler(ctl, log)
+	// Not a ServeMux: it would clean "a/../b" in a file path and redirect,
+	// where the API refuses it.
+	handler := nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		if strings.HasPrefix(r.URL.Path, runtime.PathPrefix) {
+			rt.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 	srv := &nethttp.Server{
-		Handler:           mux,
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bothyhq/bothy"
+)
+
+// markedProcesses lists the processes whose environment holds the marker.
+func markedProcesses(mark string) []int {
+	return processesMentioning("BOTHY_E2E_MARK=" + mark)
+}
+
+// waitProcesses polls until cond holds for the marked processes (bounded:
+// 10 s) and returns them.
+func waitProcesses(t *testing.T, mark string, cond func(n int) bool) []int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids := markedProcesses(mark)
+		if cond(len(pids)) {
+			return pids
+		} else if time.Now().After(deadline) {
+			t.Fatalf("marked processes: %v", pids)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func randomMark() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// treeScript starts children and grandchildren that would run for minutes.
+const treeScript = "bash -c 'sleep 300 & sleep 300 & wait' & sleep 300 & wait"
+
+func TestE2E_Lifecycle(t *testing.T) {
+	needSandbox(t)
+	stores(t, func(t *testing.T, storeArgs []string) {
+		data := t.TempDir()
+		s := startServeWith(t, data, nil, storeArgs...)
+		tok := serverToken(t, s, data)
+		a := newAPI(t, s, tok)
+		c := a.create("lifecycle")
+
+		// A background process outlives its command: the next command in
+		// the lease finds it running.
+		a.run(c.ID, bothy.RunRequest{Script: "sleep 300 & echo $! > bg.pid", Wait: true})
+		bg := a.run(c.ID, bothy.RunRequest{Script: "kill -0 $(cat bg.pid) && echo alive", Wait: true})
+		if got := output(a.events(bg.ID, 0, nil)); got != "alive\n" {
+			t.Fatalf("background process: %q (%s)", got, bg.State)
+		}
+
+		// Reading an active computer's files sees its disk now: a file a
+		// background process wrote after the last command ended.
+		a.run(c.ID, bothy.RunRequest{Script: "(sleep 0.3; echo late > late.txt) &", Wait: true})
+		time.Sleep(time.Second)
+		if got := a.readFile(c.ID, "late.txt"); got != "late\n" {
+			t.Fatalf("late.txt = %q", got)
+		}
+		// Writing to an active computer's files is refused, not lost.
+		if st, raw := a.call("PUT", "/v1/computers/"+c.ID+"/files/x.txt", "x", nil); st != 409 {
+			t.Fatalf("write to an active computer: %d %s", st, raw)
+		}
+		var rev bothy.Revision
+		a.must("POST", "/v1/computers/"+c.ID+"/checkpoint", nil, &rev)
+		if rev.Number < 1 {
+			t.Fatalf("checkpoint now: %+v", rev)
+		}
+
+		// Cancel and timeout kill the whole tree: children and grandchildren.
+		mark := randomMark()
+		cmd := a.run(c.ID, bothy.RunRequest{Script: treeScript, Env: map[string]string{"BOTHY_E2E_MARK": mark}})
+		waitProcesses(t, mark, func(n int) bool { return n >= 4 })
+		var cancelled bothy.Command
+		a.must("POST", "/v1/commands/"+cmd.ID+"/cancel", nil, &cancelled)
+		if got := a.wait(cmd.ID); got.State != bothy.CommandCancelled {
+			t.Fatalf("cancelled command is %s", got.State)
+		}
+		waitProcesses(t, mark, func(n int) bool { return n == 0 })
+
+		mark = randomMark()
+		cmd = a.run(c.ID, bothy.RunRequest{Script: treeScript, TimeoutMS: 1000, Env: map[string]string{"BOTHY_E2E_MARK": mark}})
+		waitProcesses(t, mark, func(n int) bool { return n >= 4 })
+		if got := a.wait(cmd.ID); got.State != bothy.CommandTimedOut {
+			t.Fatalf("timed-out command is %s", got.State)
+		}
+		waitProcesses(t, mark, func(n int) bool { return n == 0 })
+
+		// Paths are confined: a cwd that climbs out, an absolute path, and a
+		// symlink that leads out of the workspace.
+		if st, raw := a.call("POST", "/v1/computers/"+c.ID+"/commands", bothy.RunRequest{Argv: []string{"ls"}, Cwd: "../.."}, nil); st != 400 || !strings.Contains(string(raw), "invalid_path") {
+			t.Errorf("cwd ../..: %d %s", st, raw)
+		}
+		a.run(c.ID, bothy.RunRequest{Script: "ln -s /etc etc-link && ln -s ../../../../etc/passwd up-link", Wait: true})
+		for _, p := range []string{"etc-link/passwd", "up-link", "a/../../etc/passwd"} {
+			if st, raw := a.call("GET", "/v1/computers/"+c.ID+"/files/"+p, nil, nil); st != 400 {
+				t.Errorf("read %s: %d %s", p, st, raw)
+			}
+		}
+		// An absolute path names a path in the workspace, never the host's.
+		if st, raw := a.call("GET", "/v1/computers/"+c.ID+"/files/%2Fetc%2Fpasswd", nil, nil); st != 404 && st != 400 {
+			t.Errorf("read /etc/passwd: %d %s", st, raw)
+		}
+
+		// Tenancy and scopes: another tenant's token sees nothing of it; a
+		// token without computers:write cannot run; an unknown profile is
+		// refused.
+		other := adminToken(t, data, storeArgs, "t2", "computers:read,computers:write,files:read")
+		b := &apiClient{t: t, url: s.url, token: other}
+		for _, p := range []string{"/v1/computers/" + c.ID, "/v1/commands/" + cmd.ID, "/v1/commands/" + cmd.ID + "/events", "/v1/computers/" + c.ID + "/files/late.txt"} {
+			if st, _ := b.call("GET", p, nil, nil); st != 404 {
+				t.Errorf("another tenant GET %s: %d", p, st)
+			}
+		}
+		if st, _ := b.call("POST", "/v1/computers/"+c.ID+"/commands", bothy.RunRequest{Argv: []string{"true"}}, nil); st != 404 {
+			t.Errorf("another tenant runs a command: %d", st)
+		}
+		readOnly := &apiClient{t: t, url: s.url, token: adminToken(t, data, storeArgs, "default", "computers:read")}
+		if st, _ := readOnly.call("POST", "/v1/computers/"+c.ID+"/commands", bothy.RunRequest{Argv: []string{"true"}}, nil); st != 403 {
+			t.Errorf("run without computers:write: %d", st)
+		}
+		if st, raw := a.call("POST", "/v1/computers", map[string]string{"profile": "gpu"}, nil); st != 400 {
+			t.Errorf("unknown profile: %d %s", st, raw)
+		}
+
+		// Destroy tears everything down and records an empty residue.
+		var dead bothy.Computer
+		a.must("DELETE", "/v1/computers/"+c.ID, nil, &dead)
+		if dead.State != bothy.StateDestroyed {
+			t.Fatalf("destroyed computer is %s", dead.State)
+		}
+		checkNoResidue(t, data)
+		checkNoCgroups(t, a, c.ID)
+		if st, _ := a.call("POST", "/v1/computers/"+c.ID+"/commands", bothy.RunRequest{Argv: []string{"true"}}, nil); st != 409 {
+			t.Errorf("run on a destroyed computer: %d", st)
+		}
+		s.stop(t)
+		checkLeasesReleased(t, data, storeArgs, c.ID)
+	})
+}
+
+// adminToken makes a token with `bothy admin token create`.
+func adminToken(t *testing.T, data string, storeArgs []string, tenant, scopes string) string {
+	t.Helper()
+	args := append([]string{"admin", "token", "create", "--data", data, "--tenant", tenant, "--owner", "bob", "--scopes", scopes}, storeArgs...)
+	out, err := bothyCmd(t, args...).Output()
+	if err != nil {
+		t.Fatalf("admin token create: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// checkNoCgroups fails if a cgroup of a lease that ran the computer's
+// commands is left.
+func checkNoCgroups(t *testing.T, a *apiClient, computerID string) {
+	t.Helper()
+	var list struct{ Commands []*bothy.Command }
+	a.must("GET", "/v1/computers/"+computerID+"/commands?limit=1000", nil, &list)
+	leases := map[string]bool{}
+	for _, c := range list.Commands {
+		if c.LeaseID != "" {
+			leases[c.LeaseID] = true
+		}
+	}
+	if len(leases) == 0 {
+		t.Fatal("no command names a lease")
+	}
+	for lease := range leases {
+		for _, ctl := range []string{"memory", "pids", "cpu"} {
+			if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", ctl, "bothy", lease)); err == nil {
+				t.Errorf("cgroup left: %s/bothy/%s", ctl, lease)
+			}
+		}
+	}
+}
+
+// TestE2E_FanOut: 30 computers for one conversation are records only:
+// cold, generation 0 (no lease ever), and nothing on the host.
+func TestE2E_FanOut(t *testing.T) {
+	needSandbox(t)
+	stores(t, func(t *testing.T, storeArgs []string) {
+		data := t.TempDir()
+		s := startServeWith(t, data, nil, storeArgs...)
+		a := newAPI(t, s, serverToken(t, s, data))
+		for i := range 30 {
+			var c bothy.Computer
+			a.must("POST", "/v1/computers", map[string]string{"conversation_id": "conv-1", "label": fmt.Sprint("c", i)}, &c)
+		}
+		var list struct{ Computers []*bothy.Computer }
+		a.must("GET", "/v1/computers?conversation_id=conv-1", nil, &list)
+		if len(list.Computers) != 30 {
+			t.Fatalf("the conversation has %d computers", len(list.Computers))
+		}
+		for _, c := range list.Computers {
+			if c.State != bothy.StateCold || c.Generation != 0 {
+				t.Errorf("computer %s is %s at generation %d", c.ID, c.State, c.Generation)
+			}
+		}
+		checkNoResidue(t, data)
+		if ents, _ := os.ReadDir(filepath.Join(data, "cache")); len(ents) > 0 {
+			t.Errorf("the host cache holds %d trees", len(ents))
+		}
+		s.stop(t)
+	})
+}
+
+// TestE2E_IdleStop: a computer that runs nothing for the idle timeout is
+// checkpointed, its lease released, and it goes back to cold.
+func TestE2E_IdleStop(t *testing.T) {
+	needSandbox(t)
+	data := t.TempDir()
+	s := startServeWith(t, data, nil, "--idle-timeout", "1s")
+	a := newAPI(t, s, serverToken(t, s, data))
+	c := a.create("idle")
+	a.run(c.ID, bothy.RunRequest{Script: "echo kept > idle.txt", Wait: true})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var got bothy.Computer
+		a.must("GET", "/v1/computers/"+c.ID, nil, &got)
+		if got.State == bothy.StateCold {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("still %s 30 s after the idle timeout", got.State)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	checkNoResidue(t, data)
+	if got := a.readFile(c.ID, "idle.txt"); got != "kept\n" {
+		t.Fatalf("idle.txt = %q", got)
+	}
+	destroyAll(t, a, data)
+	s.stop(t)
+}

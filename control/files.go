@@ -1,0 +1,149 @@
+package control
+
+import (
+	"context"
+	"io"
+	"io/fs"
+
+	"github.com/bothyhq/bothy"
+)
+
+// Files returns next (the store's file service, package workspace) made
+// consistent with running computers, so that a client never sees two
+// views of one workspace: a read of a computer that holds a lease first
+// checkpoints the lease's disk and then reads that revision; a write to
+// such a computer is ECONFLICT (write through a command, or stop the
+// computer first), because the runtime's disk is the workspace until the
+// lease ends. Cold computers are served by next as they are.
+func (c *Controller) Files(next bothy.FileService) bothy.FileService {
+	return &files{c: c, next: next}
+}
+
+type files struct {
+	c    *Controller
+	next bothy.FileService
+}
+
+// sync checkpoints the computer's lease, if it has one that is ready.
+func (f *files) sync(ctx context.Context, tenantID, computerID string) error {
+	l := f.c.leaseOf(computerID)
+	if l == nil {
+		return nil
+	}
+	f.c.mu.Lock()
+	ready := l.ready && l.tenantID == tenantID
+	f.c.mu.Unlock()
+	if !ready {
+		return nil
+	}
+	_, err := f.c.Checkpoint(ctx, tenantID, computerID)
+	return err
+}
+
+// writable refuses writes to a computer that holds a lease.
+func (f *files) writable(ctx context.Context, tenantID, computerID string) error {
+	if _, err := f.c.store.ActiveLease(ctx, tenantID, computerID); err == nil {
+		return bothy.Errorf(bothy.ECONFLICT, "computer %q is running: write files through a command, or stop it first", computerID)
+	} else if bothy.ErrorCode(err) != bothy.ENOTFOUND {
+		return err
+	}
+	return nil
+}
+
+func (f *files) ReadFile(ctx context.Context, tenantID, computerID, path string, off, length int64) (io.ReadCloser, *bothy.FileInfo, error) {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
+		return nil, nil, err
+	}
+	return f.next.ReadFile(ctx, tenantID, computerID, path, off, length)
+}
+
+func (f *files) Stat(ctx context.Context, tenantID, computerID, path string) (*bothy.FileInfo, error) {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.Stat(ctx, tenantID, computerID, path)
+}
+
+func (f *files) Lstat(ctx context.Context, tenantID, computerID, path string) (*bothy.FileInfo, error) {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.Lstat(ctx, tenantID, computerID, path)
+}
+
+func (f *files) ReadDir(ctx context.Context, tenantID, computerID, path string, opts bothy.ReadDirOptions) ([]*bothy.FileInfo, error) {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.ReadDir(ctx, tenantID, computerID, path, opts)
+}
+
+func (f *files) Glob(ctx context.Context, tenantID, computerID, pattern string, limit int) ([]*bothy.FileInfo, error) {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.Glob(ctx, tenantID, computerID, pattern, limit)
+}
+
+func (f *files) Grep(ctx context.Context, tenantID, computerID string, opts bothy.GrepOptions) (*bothy.GrepResult, error) {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.Grep(ctx, tenantID, computerID, opts)
+}
+
+func (f *files) Readlink(ctx context.Context, tenantID, computerID, path string) (string, error) {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
+		return "", err
+	}
+	return f.next.Readlink(ctx, tenantID, computerID, path)
+}
+
+func (f *files) WriteFile(ctx context.Context, tenantID, computerID, path string, r io.Reader, opts bothy.WriteOptions) (*bothy.Revision, error) {
+	if err := f.writable(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.WriteFile(ctx, tenantID, computerID, path, r, opts)
+}
+
+func (f *files) Mkdir(ctx context.Context, tenantID, computerID, path string, opts bothy.MkdirOptions) (*bothy.Revision, error) {
+	if err := f.writable(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.Mkdir(ctx, tenantID, computerID, path, opts)
+}
+
+func (f *files) Remove(ctx context.Context, tenantID, computerID, path string, opts bothy.RemoveOptions) (*bothy.Revision, error) {
+	if err := f.writable(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.Remove(ctx, tenantID, computerID, path, opts)
+}
+
+func (f *files) Rename(ctx context.Context, tenantID, computerID, from, to string) (*bothy.Revision, error) {
+	if err := f.writable(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.Rename(ctx, tenantID, computerID, from, to)
+}
+
+func (f *files) Symlink(ctx context.Context, tenantID, computerID, target, path string) (*bothy.Revision, error) {
+	if err := f.writable(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.Symlink(ctx, tenantID, computerID, target, path)
+}
+
+func (f *files) Chmod(ctx context.Context, tenantID, computerID, path string, mode fs.FileMode) (*bothy.Revision, error) {
+	if err := f.writable(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.Chmod(ctx, tenantID, computerID, path, mode)
+}
+
+func (f *files) Apply(ctx context.Context, tenantID, computerID string, ops []bothy.FileOp) (*bothy.Revision, error) {
+	if err := f.writable(ctx, tenantID, computerID); err != nil {
+		return nil, err
+	}
+	return f.next.Apply(ctx, tenantID, computerID, ops)
+}
