@@ -9,15 +9,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/bothyhq/bothy"
-	"github.com/bothyhq/bothy/agent"
-	"github.com/bothyhq/bothy/hostcache"
 	"github.com/bothyhq/bothy/process"
-	"github.com/bothyhq/bothy/runtime"
+	bserver "github.com/bothyhq/bothy/server"
 )
 
 // runConfig holds serve's flags for running computers.
@@ -61,35 +58,18 @@ func (rc *runConfig) profiles() (map[string]string, error) {
 	return out, nil
 }
 
-// newAgent returns an agent keeping its state under data, polling the
-// control plane at url.
-func newAgent(data, url, token string, blobs bothy.BlobStore, log *slog.Logger) (*agent.Agent, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cache, err := hostcache.Open(filepath.Join(data, "cache"))
-	if err != nil {
-		return nil, err
-	}
-	provs := map[string]bothy.Provider{}
-	for _, p := range providers() {
-		provs[p.Name()] = p
-	}
+// agentID names this host's agent: "local-" and the host name.
+func agentID() string {
 	host, _ := os.Hostname()
-	id := "local"
-	if host != "" {
-		id = "local-" + strings.Map(func(r rune) rune {
-			if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
-				return r
-			}
-			return '-'
-		}, host)
+	if host == "" {
+		return "local"
 	}
-	return agent.New(agent.Config{
-		ID: id, Dir: filepath.Join(data, "agent"), Control: runtime.NewClient(url), Token: token,
-		Providers: provs, Blobs: blobs, Cache: cache, SupervisorCommand: []string{exe, "supervisor"}, Logger: log,
-	})
+	return "local-" + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' {
+			return r
+		}
+		return '-'
+	}, host)
 }
 
 // runAgent is `bothy agent --control URL --agent-token-file F`: an agent on
@@ -115,7 +95,11 @@ func runAgent(ctx context.Context, args []string) error {
 	}
 	defer e.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	ag, err := newAgent(cfg.data, *url, strings.TrimSpace(string(b)), e.blobs, log)
+	sup, err := bserver.Exe()
+	if err != nil {
+		return err
+	}
+	ag, err := bserver.NewAgent(cfg.data, agentID(), *url, strings.TrimSpace(string(b)), e.blobs, providers(), sup, log)
 	if err != nil {
 		return err
 	}

@@ -15,9 +15,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/control"
-	bhttp "github.com/bothyhq/bothy/http"
-	"github.com/bothyhq/bothy/runtime"
-	"github.com/bothyhq/bothy/workspace"
+	bserver "github.com/bothyhq/bothy/server"
 )
 
 // shutdownGrace is how long a stopping server lets requests finish.
@@ -74,47 +72,36 @@ func runServe(ctx context.Context, args []string) error {
 		ln.Close()
 		return err
 	}
-	ctl := control.New(e.store, control.Config{
-		Profiles: profiles, AgentToken: agentToken, IdleTimeout: rc.idle, MaxLifetime: rc.lifetime,
-		Fault: os.Getenv("BOTHY_FAULT"), Logger: log,
-	})
-	files := workspace.New(e.store, e.blobs, workspace.Options{})
-	names := make([]string, 0, len(profiles))
-	for name := range profiles {
-		names = append(names, name)
+	sc := bserver.Config{
+		Data: cfg.data, Store: e.store, Blobs: e.blobs, Profiles: profiles, AgentToken: agentToken, Logger: log,
+		Control: control.Config{IdleTimeout: rc.idle, MaxLifetime: rc.lifetime, Fault: os.Getenv("BOTHY_FAULT")},
 	}
-	api := bhttp.NewServer(e.store, ctl.Files(files), bhttp.Options{Logger: log, Compute: ctl, Profiles: names})
-	rt := runtime.Handler(ctl, log)
-	// Not a ServeMux: it would clean "a/../b" in a file path and redirect,
-	// where the API refuses it.
-	handler := nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
-		if strings.HasPrefix(r.URL.Path, runtime.PathPrefix) {
-			rt.ServeHTTP(w, r)
-			return
+	if !rc.noAgent {
+		if sc.SupervisorCommand, err = bserver.Exe(); err != nil {
+			ln.Close()
+			return err
 		}
-		api.ServeHTTP(w, r)
-	})
+		sc.Providers, sc.AgentID = providers(), agentID()
+	}
+	s, err := bserver.New(sc)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	srv := &nethttp.Server{
-		Handler:           handler,
+		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	errc := make(chan error, 3)
+	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	go func() {
-		if err := ctl.Run(runCtx); err != nil {
+		if err := s.Run(runCtx, url); err != nil {
 			errc <- fmt.Errorf("control plane: %w", err)
 		}
 	}()
-	if !rc.noAgent {
-		ag, err := newAgent(cfg.data, url, agentToken, e.blobs, log)
-		if err != nil {
-			return err
-		}
-		go ag.Run(runCtx)
-	}
 	log.Info("bothy serve started", "url", url, "data", cfg.data, "tenant", e.tenant.ID, "profiles", profiles)
 	select {
 	case err := <-errc:
