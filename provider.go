@@ -24,9 +24,11 @@ type Provider interface {
 	// Start prepares a sandbox for a lease over spec.Workspace and returns
 	// its handle. It starts no command; the sandbox it sets up (namespaces,
 	// /tmp, an init) outlives the process that called Start, until Stop.
-	// The provider may take ownership of the workspace directory for the
-	// lease (bwrap chowns it to the lease's uid). A spec that fails Validate is EINVALID. If Start fails it leaves
-	// nothing behind.
+	// The provider may take ownership of the workspace for the lease: a
+	// WorkspaceOwner chowns every file to the lease's uid, unless the
+	// workspace's root already appears owned by that uid (see
+	// WorkspaceOwner). A spec that fails Validate is EINVALID. If Start
+	// fails it leaves nothing behind.
 	Start(ctx context.Context, spec LeaseSpec) (*SandboxHandle, error)
 
 	// Exec runs one command in the sandbox and waits for it. The command's
@@ -66,6 +68,24 @@ type Provider interface {
 	// or another provider's handle is EINVALID; a sandbox that no longer
 	// exists is ENOTFOUND.
 	Recover(ctx context.Context, handle []byte) (*SandboxHandle, error)
+}
+
+// WorkspaceOwner is a Provider that runs a lease's commands as a host uid
+// of its own and can name that uid before Start. The caller can then
+// present the workspace as already owned by it (hostcache mounts the
+// overlay over an idmapped lower layer), which saves Start a chown of every
+// file: through an overlay, that chown would copy the whole workspace up.
+type WorkspaceOwner interface {
+	// WorkspaceUID returns the host uid, which is also the gid, that
+	// Start will run the lease as, reserving it for the lease. It is
+	// idempotent per lease id: later calls and Start get the same uid, as
+	// does a restarted caller. The reservation ends with Stop of the
+	// lease's sandbox; a reservation whose lease is never started is
+	// released by the provider after a while (bwrap: an hour). If the
+	// workspace's root appears owned by this uid and gid when Start runs,
+	// Start takes the caller to have arranged that every file does, and
+	// changes no owner; otherwise it chowns the tree.
+	WorkspaceUID(ctx context.Context, leaseID string) (int, error)
 }
 
 // Limits are a lease's resource limits. Zero means the provider's default,

@@ -183,17 +183,29 @@ func (l *lease) prepare(ctx context.Context, resume bool) error {
 			return err
 		}
 	}
-	ov, err := hostcache.Mount(ctx, l.rec.Lower, filepath.Join(l.dir, "ws"), hostcache.MountOptions{RedirectDir: true})
-	if err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.ov, l.repo, l.base, l.parent, l.revision = ov, repo, base, parent, w.Revision
-	l.mu.Unlock()
 	prov := l.a.cfg.Providers[l.rec.Provider]
 	if prov == nil {
 		return bothy.Errorf(bothy.EINVALID, "provider %q is not enabled on this agent", l.rec.Provider)
 	}
+	opts := hostcache.MountOptions{RedirectDir: true}
+	// A provider that names the lease's uid now gets a workspace that
+	// already appears owned by it (an idmapped lower layer), so its Start
+	// chowns nothing and nothing is copied up until it is written.
+	if wo, ok := prov.(bothy.WorkspaceOwner); ok {
+		if opts.IDMapUID, err = wo.WorkspaceUID(ctx, w.LeaseID); err != nil {
+			return fmt.Errorf("workspace uid: %w", err)
+		}
+	}
+	ov, err := hostcache.Mount(ctx, l.rec.Lower, filepath.Join(l.dir, "ws"), opts)
+	if err != nil {
+		return err
+	}
+	if ov.IDMapErr != nil {
+		l.a.log.Warn("idmapped workspace refused; the provider will chown it", "lease", l.rec.LeaseID, "err", ov.IDMapErr)
+	}
+	l.mu.Lock()
+	l.ov, l.repo, l.base, l.parent, l.revision = ov, repo, base, parent, w.Revision
+	l.mu.Unlock()
 	supDir := filepath.Join(l.dir, "sup")
 	var h *bothy.SandboxHandle
 	if len(l.rec.Handle) > 0 {

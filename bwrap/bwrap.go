@@ -7,7 +7,11 @@
 //     a directory in the v2 unified hierarchy with one child per command,
 //     used only for cgroup.kill and an exact list of a command's processes;
 //   - each lease has its own unprivileged host uid, allocated from a range
-//     (200000 upwards by default), and the workspace is chowned to it;
+//     (200000 upwards by default), and the workspace is chowned to it
+//     unless its root already appears owned by it: a runtime that asks
+//     WorkspaceUID first can mount the workspace's overlay over an
+//     idmapped lower layer (hostcache.MountOptions.IDMapUID), and a chown
+//     through the overlay would copy every file up;
 //   - one lease is one sandbox: Start runs one bwrap, detached from the
 //     caller, through a root /bin/sh trampoline that writes its pid to the
 //     lease's cgroups and then setpriv, which drops to the lease's uid with
@@ -69,7 +73,15 @@ const (
 	DefaultPids         = 4096
 )
 
-var _ bothy.Provider = (*Provider)(nil)
+var (
+	_ bothy.Provider       = (*Provider)(nil)
+	_ bothy.WorkspaceOwner = (*Provider)(nil)
+)
+
+// reservationTTL is how long a uid named by WorkspaceUID stays reserved for
+// a lease that never starts (its runtime gave up between WorkspaceUID and
+// Start). It is far longer than that step takes.
+const reservationTTL = time.Hour
 
 // Options configure a Provider. Zero fields take the defaults.
 type Options struct {
@@ -202,8 +214,19 @@ func (o *Options) prepare() []string {
 // Name returns "bwrap".
 func (p *Provider) Name() string { return Name }
 
-// Start allocates the lease's uid, bind-mounts and chowns its workspace,
-// creates its cgroups with the limits and starts its sandbox.
+// WorkspaceUID reserves the lease's uid (the first free one of the range,
+// or the one already reserved for it) and returns it; Start uses it.
+func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error) {
+	if err := bothy.ValidateID("lease id", leaseID); err != nil {
+		return 0, err
+	}
+	return p.allocateUID(leaseID)
+}
+
+// Start takes the lease's uid (the one WorkspaceUID reserved, if it was
+// called), bind-mounts its workspace and chowns it unless its root is
+// already the uid's, creates its cgroups with the limits and starts its
+// sandbox.
 func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -412,10 +435,55 @@ func (p *Provider) uidFile(uid int) string {
 	return filepath.Join(p.opt.StateDir, "uids", strconv.Itoa(uid))
 }
 
-// allocateUID takes the first free uid of the range by creating its file
-// exclusively, which holds the lease id.
+// allocateUID returns the uid held for leaseID, or takes the first free
+// uid of the range by creating its file exclusively, which holds the lease
+// id. The file's mtime is the last time the lease was given its uid; a file
+// of a lease that never started (no lease directory) and was not touched
+// for reservationTTL is free again. A flock on the uids directory makes the
+// lookup and the allocation one step across processes.
 func (p *Provider) allocateUID(leaseID string) (int, error) {
+	dir := filepath.Join(p.opt.StateDir, "uids")
+	d, err := os.Open(dir)
+	if err != nil {
+		return 0, fmt.Errorf("allocate uid: %w", err)
+	}
+	defer d.Close()
+	for {
+		if err = unix.Flock(int(d.Fd()), unix.LOCK_EX); err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("allocate uid: %w", err)
+	}
+	entries, err := d.ReadDir(-1)
+	if err != nil {
+		return 0, fmt.Errorf("allocate uid: %w", err)
+	}
+	taken := make(map[int]bool, len(entries))
+	for _, e := range entries {
+		uid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		taken[uid] = true
+		b, err := os.ReadFile(p.uidFile(uid))
+		if err != nil {
+			continue
+		}
+		if string(b) == leaseID {
+			now := time.Now()
+			os.Chtimes(p.uidFile(uid), now, now)
+			return uid, nil
+		}
+		if p.abandoned(uid, string(b)) && os.Remove(p.uidFile(uid)) == nil {
+			delete(taken, uid)
+		}
+	}
 	for uid := p.opt.UIDBase; uid < p.opt.UIDBase+p.opt.UIDCount; uid++ {
+		if taken[uid] {
+			continue
+		}
 		f, err := os.OpenFile(p.uidFile(uid), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if errors.Is(err, fs.ErrExist) {
 			continue
@@ -435,15 +503,40 @@ func (p *Provider) allocateUID(leaseID string) (int, error) {
 	return 0, bothy.Errorf(bothy.ECONFLICT, "no free sandbox uid in %d-%d", p.opt.UIDBase, p.opt.UIDBase+p.opt.UIDCount-1)
 }
 
+// abandoned reports whether uid's reservation by leaseID is one that
+// WorkspaceUID made for a lease that never started, long enough ago.
+func (p *Provider) abandoned(uid int, leaseID string) bool {
+	fi, err := os.Stat(p.uidFile(uid))
+	if err != nil || time.Since(fi.ModTime()) < reservationTTL {
+		return false
+	}
+	if leaseID != "" && exists(filepath.Join(p.opt.StateDir, "leases", leaseID)) {
+		return false
+	}
+	return len(processesOf(uid)) == 0
+}
+
 // chownTree gives every file of the workspace to the lease's uid, without
-// following symlinks.
+// following symlinks, unless the root is already the uid's: the caller
+// presents the workspace so (an idmapped overlay, see
+// bothy.WorkspaceOwner), or an earlier chown of this workspace finished,
+// since the root is chowned last.
 func chownTree(root string, uid int) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		return fmt.Errorf("chown workspace: %w", err)
+	} else if int(st.Uid) == uid && int(st.Gid) == uid {
+		return nil
+	}
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
+		if err != nil || path == root {
 			return err
 		}
 		return os.Lchown(path, uid, uid)
 	})
+	if err == nil {
+		err = os.Lchown(root, uid, uid)
+	}
 	if err != nil {
 		return fmt.Errorf("chown workspace: %w", err)
 	}

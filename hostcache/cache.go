@@ -261,8 +261,9 @@ type EvictResult struct {
 
 // Evict removes least recently used trees until the cache holds at most
 // maxBytes. It never removes a tree that keep(tenantID, root) wants, one
-// that is the lower layer of a mounted overlay (per this process's
-// /proc/self/mountinfo, so a mount outlives the process that made it), or
+// that is the lower layer of a mounted overlay, directly or through an
+// idmapped clone (per this process's /proc/self/mountinfo, so a mount
+// outlives the process that made it), or
 // one materialized less than MinAge ago (covering the step between
 // Materialize and Mount, in any process sharing the cache).
 func (c *Cache) Evict(ctx context.Context, keep func(tenantID, root string) bool, maxBytes int64) (EvictResult, error) {
@@ -309,7 +310,7 @@ func (c *Cache) Evict(ctx context.Context, keep func(tenantID, root string) bool
 		}
 	}
 	slices.SortFunc(trees, func(a, b tree) int { return a.used.Compare(b.used) })
-	lowers, err := mountedLowers()
+	lowers, lowerIDs, err := mountedLowers()
 	if err != nil {
 		return res, err
 	}
@@ -328,7 +329,7 @@ func (c *Cache) Evict(ctx context.Context, keep func(tenantID, root string) bool
 		switch {
 		case keep != nil && keep(tr.tenant, tr.root):
 			res.Kept++
-		case lowers[tr.path]:
+		case lowers[tr.path] || lowerIDs[treeID(tr.path)]:
 			res.InUse++
 		case time.Since(tr.used) < minAge:
 			res.Young++
@@ -348,6 +349,11 @@ func (c *Cache) Evict(ctx context.Context, keep func(tenantID, root string) bool
 		}
 	}
 	return res, nil
+}
+
+func treeID(p string) fileID {
+	id, _ := statID(p)
+	return id
 }
 
 // removeTree removes a tree whose directories may be read-only (for a
