@@ -2,7 +2,12 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/bothyhq/bothy"
@@ -238,6 +243,11 @@ func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSe
 		l.a.log.Error("checkpoint after command", "command", id, "err", err)
 	}
 	r := &runtime.Report{LastSeq: lastSeq, RevisionAfter: rev}
+	if digest, err := l.archive(ctx, id); err != nil {
+		l.a.log.Error("archive command output", "command", id, "err", err)
+	} else {
+		r.OutputDigest = digest
+	}
 	switch term.Kind {
 	case bothy.EventExit:
 		r.State = runtime.ReportFinished
@@ -263,4 +273,34 @@ func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSe
 		}
 	}
 	l.report(ctx, id, r)
+}
+
+// archive stores the command's output archive (the supervisor's, see
+// supervisor.ArchivePath) as a blob named by its SHA-256 under
+// outputs/TENANT/, and returns "sha256:HEX".
+func (l *lease) archive(ctx context.Context, id string) (string, error) {
+	path := supervisor.ArchivePath(filepath.Join(l.dir, "sup"), id)
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	size, err := io.Copy(h, f)
+	if err != nil {
+		return "", err
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	if _, err := l.a.cfg.Blobs.PutBlob(ctx, OutputKey(l.rec.TenantID, sum), f, size); err != nil {
+		return "", err
+	}
+	return "sha256:" + sum, nil
+}
+
+// OutputKey is the blob key of a command's output archive.
+func OutputKey(tenantID, sha256Hex string) string {
+	return "outputs/" + tenantID + "/" + sha256Hex
 }

@@ -160,6 +160,8 @@ func (c *Controller) sleep(ctx context.Context, ch <-chan struct{}) error {
 	case <-t.C:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-c.stopping:
+		return errStopping
 	}
 	return nil
 }

@@ -94,7 +94,9 @@ type Controller struct {
 	sentAt  map[string]time.Time     // command id → when this process dispatched it
 	cancels map[string]bool          // command id → cancel requested
 	stops   map[string]bool          // computer id → stop requested
-	faulted bool
+
+	stopping chan struct{} // closed when Run's context is done
+	stopOnce sync.Once
 }
 
 // leaseState is what the controller knows of an unreleased lease.
@@ -136,7 +138,7 @@ func New(store bothy.Store, cfg Config) *Controller {
 		wake:    make(chan struct{}), watch: map[string]chan struct{}{},
 		agents: map[string]time.Time{}, leases: map[string]*leaseState{},
 		specs: map[string]*runtime.Spec{}, sentAt: map[string]time.Time{},
-		cancels: map[string]bool{}, stops: map[string]bool{},
+		cancels: map[string]bool{}, stops: map[string]bool{}, stopping: make(chan struct{}),
 	}
 }
 
@@ -190,6 +192,7 @@ func (c *Controller) fault(point string) {
 // stopped polling, stops idle computers and those past their lifetime, and
 // asks about commands whose acknowledgement is overdue.
 func (c *Controller) Run(ctx context.Context) error {
+	defer c.stopOnce.Do(func() { close(c.stopping) })
 	if err := c.Reconcile(ctx); err != nil {
 		return err
 	}
@@ -235,6 +238,10 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 	}
 	return nil
 }
+
+// errStopping answers waits when the server stops: long polls and event
+// streams end, and their clients resume against the next server.
+var errStopping = bothy.Errorf(bothy.EUNAVAILABLE, "the server is stopping; try again")
 
 // newID returns prefix and 12 random bytes in hex.
 func newID(prefix string) string {

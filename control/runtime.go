@@ -37,6 +37,9 @@ func (c *Controller) Poll(ctx context.Context, agentToken string, req *runtime.P
 		case <-ctx.Done():
 			t.Stop()
 			return nil, ctx.Err()
+		case <-c.stopping:
+			t.Stop()
+			return nil, errStopping
 		}
 		t.Stop()
 	}

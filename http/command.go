@@ -213,7 +213,9 @@ func (s *Server) handleCommandEvents(w nethttp.ResponseWriter, r *nethttp.Reques
 		timedOut := wctx.Err() != nil
 		cancel()
 		switch {
-		case ctx.Err() != nil:
+		case ctx.Err() != nil, bothy.ErrorCode(err) == bothy.EUNAVAILABLE:
+			// The client went away, or the server stops: ending the stream
+			// without an end event makes a client resume elsewhere.
 			return nil
 		case err != nil && timedOut:
 			if _, err := io.WriteString(w, ": keepalive\n\n"); err != nil {

@@ -130,6 +130,42 @@ type journal struct {
 	dirty     bool    // written since the last fsync
 	notify    chan struct{}
 	werr      error // the first write error, logged once
+	// archive holds the command's whole output, past the retention bound
+	// too, up to MaxArchiveBytes (see ArchivePath); nil once closed.
+	archive  *os.File
+	archived int64
+}
+
+// MaxArchiveBytes bounds a command's output archive.
+const MaxArchiveBytes = 1 << 30
+
+// ArchivePath returns the path of a command's output archive in a
+// supervisor directory: the command's whole output (up to MaxArchiveBytes)
+// as frames of [u8 stream: 1 stdout, 2 stderr][u32 LE length][bytes], in
+// the order written. It is complete once the command's terminal event is
+// journaled; a command lost in a supervisor crash has a partial archive.
+func ArchivePath(dir, id string) string {
+	return filepath.Join(dir, "commands", id+".out")
+}
+
+// archiveLocked appends output to the archive; mu is held.
+func (j *journal) archiveLocked(kind byte, p []byte) {
+	if j.archive == nil || j.archived >= MaxArchiveBytes {
+		return
+	}
+	if rest := MaxArchiveBytes - j.archived; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	frame := make([]byte, 5+len(p))
+	frame[0] = kind
+	binary.LittleEndian.PutUint32(frame[1:5], uint32(len(p)))
+	copy(frame[5:], p)
+	if _, err := j.archive.Write(frame); err != nil {
+		j.archive.Close()
+		j.archive = nil
+		return
+	}
+	j.archived += int64(len(p))
 }
 
 func journalPath(dir, id string) string { return filepath.Join(dir, id+".journal") }
@@ -156,7 +192,12 @@ func createJournal(dir, id string, spec []byte, retain int64) (*journal, error) 
 		f.Close()
 		return nil, err
 	}
-	return &journal{id: id, path: path, retain: retain, f: f, size: int64(len(b)), spec: spec, notify: make(chan struct{})}, nil
+	archive, err := os.OpenFile(filepath.Join(dir, id+".out"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("create output archive: %w", err)
+	}
+	return &journal{id: id, path: path, retain: retain, f: f, size: int64(len(b)), spec: spec, notify: make(chan struct{}), archive: archive}, nil
 }
 
 // openJournal reads an existing journal, verifies every record and cuts a
@@ -253,6 +294,7 @@ func (j *journal) output(kind byte, p []byte) error {
 	if j.terminal != nil || j.f == nil {
 		return nil
 	}
+	j.archiveLocked(kind, p)
 	if j.truncated {
 		j.dropped += int64(len(p))
 		return nil
@@ -287,6 +329,11 @@ func (j *journal) finish(kind byte, data []byte) error {
 	}
 	if err := j.appendLocked(kind, data); err != nil {
 		return err
+	}
+	if j.archive != nil {
+		j.archive.Sync()
+		j.archive.Close()
+		j.archive = nil
 	}
 	err := j.f.Sync()
 	j.terminal = &record{Seq: j.lastSeq, Kind: kind, Data: data}

@@ -84,22 +84,26 @@ func runAgent(ctx context.Context, args []string) error {
 		return err
 	} else if len(args) != 0 || *url == "" || *tokenFile == "" {
 		return bothy.Errorf(bothy.EINVALID, "usage: bothy agent --control URL --agent-token-file FILE [--data DIR] [--blobs URL]")
+	} else if cfg.blobs == "" {
+		return bothy.Errorf(bothy.EINVALID, "bothy agent needs --blobs: the control plane's blob store (its DATA/blobs, or gs://...)")
 	}
 	b, err := os.ReadFile(*tokenFile)
 	if err != nil {
 		return err
 	}
-	e, err := openEnv(ctx, cfg)
+	if err := os.MkdirAll(cfg.data, 0o700); err != nil {
+		return err
+	}
+	blobs, err := openBlobs(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer e.Close()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	sup, err := bserver.Exe()
 	if err != nil {
 		return err
 	}
-	ag, err := bserver.NewAgent(cfg.data, agentID(), *url, strings.TrimSpace(string(b)), e.blobs, providers(), sup, log)
+	ag, err := bserver.NewAgent(cfg.data, agentID(), *url, strings.TrimSpace(string(b)), blobs, providers(), sup, log)
 	if err != nil {
 		return err
 	}

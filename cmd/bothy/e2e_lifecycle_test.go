@@ -241,3 +241,56 @@ func TestE2E_IdleStop(t *testing.T) {
 	destroyAll(t, a, data)
 	s.stop(t)
 }
+
+// TestE2E_OutputArchiveAndStdin: stdin reaches the command; output past
+// the 16 MiB retention bound is cut with a truncated event, and the whole
+// output is archived as a blob named by its digest.
+func TestE2E_OutputArchiveAndStdin(t *testing.T) {
+	needSandbox(t)
+	data := t.TempDir()
+	s := startServeWith(t, data, nil)
+	a := newAPI(t, s, serverToken(t, s, data))
+	c := a.create("archive")
+	in := a.run(c.ID, bothy.RunRequest{Argv: []string{"tr", "a-z", "A-Z"}, Stdin: "from stdin\n", Wait: true})
+	if got := output(a.events(in.ID, 0, nil)); got != "FROM STDIN\n" {
+		t.Fatalf("stdin: %q", got)
+	}
+
+	const n = 17 << 20
+	big := a.run(c.ID, bothy.RunRequest{Script: fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a; echo; echo tail >&2", n), Wait: true})
+	if big.State != bothy.CommandCompleted || !big.Truncated || !strings.HasPrefix(big.OutputDigest, "sha256:") {
+		t.Fatalf("big command: state %s, truncated %v, digest %q", big.State, big.Truncated, big.OutputDigest)
+	}
+	events := a.events(big.ID, 0, nil)
+	checkSeqs(t, events, 1)
+	retained, truncated := 0, false
+	for _, e := range events {
+		if e.Kind == bothy.EventStdout {
+			retained += len(e.Data)
+		}
+		truncated = truncated || e.Kind == bothy.EventTruncated
+	}
+	if !truncated || retained != 16<<20 {
+		t.Fatalf("retained %d bytes, truncated event %v", retained, truncated)
+	}
+	sum := strings.TrimPrefix(big.OutputDigest, "sha256:")
+	b, err := os.ReadFile(filepath.Join(data, "blobs", "outputs", "default", sum))
+	if err != nil {
+		t.Fatalf("the archive blob: %v", err)
+	}
+	var stdout, stderr []byte
+	for len(b) >= 5 {
+		k, l := b[0], int(b[1])|int(b[2])<<8|int(b[3])<<16|int(b[4])<<24
+		if k == 1 {
+			stdout = append(stdout, b[5:5+l]...)
+		} else {
+			stderr = append(stderr, b[5:5+l]...)
+		}
+		b = b[5+l:]
+	}
+	if len(stdout) != n+1 || string(stderr) != "tail\n" {
+		t.Fatalf("archive holds %d stdout bytes and stderr %q, want %d and \"tail\\n\"", len(stdout), stderr, n+1)
+	}
+	destroyAll(t, a, data)
+	s.stop(t)
+}

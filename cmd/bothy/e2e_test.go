@@ -452,3 +452,62 @@ func TestE2E_CrashDuringCommand(t *testing.T) {
 		s.stop(t)
 	})
 }
+
+// startAgent starts `bothy agent` for the server whose data directory is
+// data, keeping its own state in agentData.
+func startAgent(t *testing.T, s *server, data, agentData string) *server {
+	t.Helper()
+	cmd := bothyCmd(t, "agent", "--control", s.url, "--agent-token-file", filepath.Join(data, "agent.token"),
+		"--data", agentData, "--blobs", filepath.Join(data, "blobs"))
+	ag := &server{cmd: cmd, stderr: &bytes.Buffer{}}
+	cmd.Stderr = ag.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("bothy agent stderr:\n%s", ag.stderr)
+		}
+	})
+	return ag
+}
+
+// TestE2E_AgentCrash runs the agent as its own process, dialing out to a
+// server that runs none, and kills it with SIGKILL during a 5 s command: the
+// command goes on in its supervisor, and a new agent process takes the lease
+// over and delivers every event exactly once.
+func TestE2E_AgentCrash(t *testing.T) {
+	needSandbox(t)
+	data, agentData := t.TempDir(), t.TempDir()
+	s := startServeWith(t, data, nil, "--no-agent")
+	a := newAPI(t, s, serverToken(t, s, data))
+	ag := startAgent(t, s, data, agentData)
+	c := a.create("agent-crash")
+	cmd := a.run(c.ID, bothy.RunRequest{Script: "for i in $(seq 1 50); do echo line $i; sleep 0.1; done; echo once >> counter"})
+	first := a.events(cmd.ID, 0, func(e *bothy.Event) bool { return e.Seq >= 5 })
+	ag.kill9(t)
+	time.Sleep(time.Second)
+	startAgent(t, s, data, agentData)
+	rest := a.events(cmd.ID, first[len(first)-1].Seq, nil)
+	checkSeqs(t, append(first, rest...), 1)
+	var want strings.Builder
+	for i := 1; i <= 50; i++ {
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	if got := output(append(first, rest...)); got != want.String() {
+		t.Fatalf("output after the agent crash:\n%q", got)
+	}
+	if done := a.wait(cmd.ID); done.State != bothy.CommandCompleted {
+		t.Fatalf("command after the agent crash: %s", done.State)
+	}
+	a.must("POST", "/v1/computers/"+c.ID+"/stop", nil, nil)
+	if got := a.readFile(c.ID, "counter"); got != "once\n" {
+		t.Fatalf("counter = %q", got)
+	}
+	destroyAll(t, a, agentData)
+	s.stop(t)
+}

@@ -60,15 +60,7 @@ func openEnv(ctx context.Context, cfg config) (*env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	var blobs bothy.BlobStore
-	switch {
-	case strings.HasPrefix(cfg.blobs, "gs://"):
-		blobs, err = gcs.Open(ctx, cfg.blobs)
-	case cfg.blobs == "":
-		blobs, err = localblob.Open(filepath.Join(cfg.data, "blobs"))
-	default:
-		blobs, err = localblob.Open(cfg.blobs)
-	}
+	blobs, err := openBlobs(ctx, cfg)
 	if err != nil {
 		store.Close()
 		return nil, fmt.Errorf("open blob store: %w", err)
@@ -158,4 +150,16 @@ func openVerb(ctx context.Context, fs *flag.FlagSet, args []string, usage string
 	}
 	e, err := openEnv(ctx, cfg)
 	return e, args, err
+}
+
+// openBlobs opens the blob store that cfg names.
+func openBlobs(ctx context.Context, cfg config) (bothy.BlobStore, error) {
+	switch {
+	case strings.HasPrefix(cfg.blobs, "gs://"):
+		return gcs.Open(ctx, cfg.blobs)
+	case cfg.blobs == "":
+		return localblob.Open(filepath.Join(cfg.data, "blobs"))
+	default:
+		return localblob.Open(cfg.blobs)
+	}
 }

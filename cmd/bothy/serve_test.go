@@ -66,12 +66,12 @@ func startServeWith(t *testing.T, data string, env []string, args ...string) *se
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("bothy serve stderr:\n%s", s.stderr)
-		}
 		if cmd.ProcessState == nil {
 			cmd.Process.Kill()
 			cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("bothy serve stderr:\n%s", s.stderr)
 		}
 	})
 	lines := make(chan []string, 1)
