@@ -121,15 +121,17 @@ func (c *Controller) pickAgent(now time.Time) string {
 // WaitCommand implements bothy.ComputeService.
 func (c *Controller) WaitCommand(ctx context.Context, tenantID, commandID string) (*bothy.Command, error) {
 	for {
-		ch := c.watcher(commandID)
+		ch, release := c.watcher(commandID)
 		cmd, err := c.store.FindCommand(ctx, tenantID, commandID)
+		if err == nil && !bothy.CommandTerminal(cmd.State) {
+			err = c.sleep(ctx, ch)
+			cmd = nil
+		}
+		release()
 		if err != nil {
 			return nil, err
-		} else if bothy.CommandTerminal(cmd.State) {
+		} else if cmd != nil {
 			return cmd, nil
-		}
-		if err := c.sleep(ctx, ch); err != nil {
-			return nil, err
 		}
 	}
 }
@@ -137,14 +139,14 @@ func (c *Controller) WaitCommand(ctx context.Context, tenantID, commandID string
 // WaitEvents implements bothy.ComputeService.
 func (c *Controller) WaitEvents(ctx context.Context, tenantID, commandID string, after int64) error {
 	for {
-		ch := c.watcher(commandID)
+		ch, release := c.watcher(commandID)
 		cmd, err := c.store.FindCommand(ctx, tenantID, commandID)
-		if err != nil {
-			return err
-		} else if cmd.LastSeq > after || bothy.CommandTerminal(cmd.State) {
-			return nil
+		done := err == nil && (cmd.LastSeq > after || bothy.CommandTerminal(cmd.State))
+		if err == nil && !done {
+			err = c.sleep(ctx, ch)
 		}
-		if err := c.sleep(ctx, ch); err != nil {
+		release()
+		if err != nil || done {
 			return err
 		}
 	}

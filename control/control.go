@@ -87,7 +87,7 @@ type Controller struct {
 	mu      sync.Mutex
 	version int64
 	wake    chan struct{} // closed and replaced when the desired state changes
-	watch   map[string]chan struct{}
+	watch   map[string]*watch
 	agents  map[string]time.Time // agent id → last poll
 	leases  map[string]*leaseState
 	specs   map[string]*runtime.Spec // command id → spec, until dispatched
@@ -135,7 +135,7 @@ func New(store bothy.Store, cfg Config) *Controller {
 	return &Controller{
 		store: store, cfg: cfg, signer: cfg.Signer, log: cfg.Logger, now: time.Now,
 		version: 1, // above an agent's first poll (0), which is answered at once
-		wake:    make(chan struct{}), watch: map[string]chan struct{}{},
+		wake:    make(chan struct{}), watch: map[string]*watch{},
 		agents: map[string]time.Time{}, leases: map[string]*leaseState{},
 		specs: map[string]*runtime.Spec{}, sentAt: map[string]time.Time{},
 		cancels: map[string]bool{}, stops: map[string]bool{}, stopping: make(chan struct{}),
@@ -159,23 +159,38 @@ func (c *Controller) changed() {
 // notify wakes the waiters on a command's events and state.
 func (c *Controller) notify(commandID string) {
 	c.mu.Lock()
-	if ch, ok := c.watch[commandID]; ok {
-		close(ch)
+	if w, ok := c.watch[commandID]; ok {
+		close(w.ch)
 		delete(c.watch, commandID)
 	}
 	c.mu.Unlock()
 }
 
-// watcher returns a channel closed at the command's next notify.
-func (c *Controller) watcher(commandID string) <-chan struct{} {
+// watch is the waiters on one command: ch closes at the next notify.
+type watch struct {
+	ch chan struct{}
+	n  int
+}
+
+// watcher returns a channel closed at the command's next notify, and a
+// release the caller must call when it stops waiting, so that the
+// controller keeps no entry for commands nobody waits on.
+func (c *Controller) watcher(commandID string) (<-chan struct{}, func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	ch, ok := c.watch[commandID]
+	w, ok := c.watch[commandID]
 	if !ok {
-		ch = make(chan struct{})
-		c.watch[commandID] = ch
+		w = &watch{ch: make(chan struct{})}
+		c.watch[commandID] = w
 	}
-	return ch
+	w.n++
+	return w.ch, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if w.n--; w.n == 0 && c.watch[commandID] == w {
+			delete(c.watch, commandID)
+		}
+	}
 }
 
 // fault kills the process at the named fault-injection point.

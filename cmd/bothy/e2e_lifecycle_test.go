@@ -294,3 +294,28 @@ func TestE2E_OutputArchiveAndStdin(t *testing.T) {
 	destroyAll(t, a, data)
 	s.stop(t)
 }
+
+// TestE2E_MaxLifetime: a lease past its maximum lifetime is stopped even
+// while a command runs; the command is cancelled and the computer is cold.
+func TestE2E_MaxLifetime(t *testing.T) {
+	needSandbox(t)
+	data := t.TempDir()
+	s := startServeWith(t, data, nil, "--max-lifetime", "2s")
+	a := newAPI(t, s, serverToken(t, s, data))
+	c := a.create("lifetime")
+	cmd := a.run(c.ID, bothy.RunRequest{Script: "echo started; sleep 120"})
+	if got := a.wait(cmd.ID); got.State != bothy.CommandCancelled {
+		t.Fatalf("the command outliving the lease is %s, want cancelled", got.State)
+	}
+	var got bothy.Computer
+	deadline := time.Now().Add(30 * time.Second)
+	for a.must("GET", "/v1/computers/"+c.ID, nil, &got); got.State != bothy.StateCold; a.must("GET", "/v1/computers/"+c.ID, nil, &got) {
+		if time.Now().After(deadline) {
+			t.Fatalf("computer still %s", got.State)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	checkNoResidue(t, data)
+	destroyAll(t, a, data)
+	s.stop(t)
+}
