@@ -64,6 +64,7 @@ type lease struct {
 	ckptDone  int64
 	ckptBusy  bool
 	inflight  map[string]bool // command ids with a run or status call in flight
+	applying  map[int64]bool  // files-API changes being applied
 	cancelled map[string]bool
 	pumps     map[string]bool
 	pumpWG    sync.WaitGroup
@@ -75,7 +76,7 @@ func newLease(a *Agent, w *runtime.LeaseWork) *lease {
 	return &lease{
 		a: a, dir: filepath.Join(a.cfg.Dir, "leases", w.LeaseID), state: leaseNew,
 		rec:      record{LeaseID: w.LeaseID, TenantID: w.TenantID, ComputerID: w.ComputerID, Generation: w.Generation, Provider: w.Provider},
-		inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{},
+		inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
 	}
 }
 
@@ -115,6 +116,15 @@ func (l *lease) update(ctx context.Context, w *runtime.LeaseWork) {
 		}
 		if ckpt {
 			go l.checkpointNow(ctx, w.Checkpoint)
+		}
+		for _, aw := range w.Applies {
+			l.mu.Lock()
+			busy := l.applying[aw.ID]
+			l.applying[aw.ID] = true
+			l.mu.Unlock()
+			if !busy {
+				go l.applyNow(ctx, aw)
+			}
 		}
 		for _, cw := range w.Commands {
 			l.command(ctx, cw)
@@ -280,7 +290,7 @@ func (a *Agent) recover(ctx context.Context) {
 			continue
 		}
 		l := &lease{a: a, dir: dir, rec: rec, state: leaseRecovered,
-			inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}}
+			inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{}}
 		a.leases[rec.LeaseID] = l
 		a.log.Info("found lease on disk", "lease", rec.LeaseID, "computer", rec.ComputerID)
 	}
@@ -291,6 +301,11 @@ func (a *Agent) recover(ctx context.Context) {
 func (l *lease) checkpoint(ctx context.Context) (int64, error) {
 	l.ckptMu.Lock()
 	defer l.ckptMu.Unlock()
+	return l.checkpointLocked(ctx)
+}
+
+// checkpointLocked is checkpoint with ckptMu held.
+func (l *lease) checkpointLocked(ctx context.Context) (int64, error) {
 	l.mu.Lock()
 	ov, base, parent, rev, repo := l.ov, l.base, l.parent, l.revision, l.repo
 	l.mu.Unlock()

@@ -95,6 +95,8 @@ type Controller struct {
 	cancels map[string]bool          // command id → cancel requested
 	stops   map[string]bool          // computer id → stop requested
 
+	applySeq int64
+
 	stopping chan struct{} // closed when Run's context is done
 	stopOnce sync.Once
 }
@@ -110,6 +112,7 @@ type leaseState struct {
 	ckptWanted, ckptDone     int64
 	ckptRevision             int64
 	ckptErr                  string
+	applies                  []*applyReq
 }
 
 // New returns a controller over store.

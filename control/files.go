@@ -11,10 +11,11 @@ import (
 // Files returns next (the store's file service, package workspace) made
 // consistent with running computers, so that a client never sees two
 // views of one workspace: a read of a computer that holds a lease first
-// checkpoints the lease's disk and then reads that revision; a write to
-// such a computer is ECONFLICT (write through a command, or stop the
-// computer first), because the runtime's disk is the workspace until the
-// lease ends. Cold computers are served by next as they are.
+// checkpoints the lease's disk and then reads that revision; a write
+// checkpoints it too, and next (built with Options.Runtime set to the
+// controller) makes the change on top of that revision and has the
+// runtime apply it to its disk and commit it. Cold computers are served by
+// next as they are.
 func (c *Controller) Files(next bothy.FileService) bothy.FileService {
 	return &files{c: c, next: next}
 }
@@ -40,14 +41,11 @@ func (f *files) sync(ctx context.Context, tenantID, computerID string) error {
 	return err
 }
 
-// writable refuses writes to a computer that holds a lease.
+// writable prepares a write: a running computer's disk is checkpointed
+// first, so the change is made on top of what is on it; the workspace
+// then commits it through the runtime (Controller.CommitToRuntime).
 func (f *files) writable(ctx context.Context, tenantID, computerID string) error {
-	if _, err := f.c.store.ActiveLease(ctx, tenantID, computerID); err == nil {
-		return bothy.Errorf(bothy.ECONFLICT, "computer %q is running: write files through a command, or stop it first", computerID)
-	} else if bothy.ErrorCode(err) != bothy.ENOTFOUND {
-		return err
-	}
-	return nil
+	return f.sync(ctx, tenantID, computerID)
 }
 
 func (f *files) ReadFile(ctx context.Context, tenantID, computerID, path string, off, length int64) (io.ReadCloser, *bothy.FileInfo, error) {

@@ -145,6 +145,9 @@ func (c *Controller) leaseWork(ctx context.Context, l *leaseState) (*runtime.Lea
 	if !ready {
 		return w, nil
 	}
+	if !w.Stop {
+		w.Applies = c.pendingApplies(l)
+	}
 	for _, state := range []string{bothy.CommandAdmitted, bothy.CommandDispatched, bothy.CommandMayHaveStarted, bothy.CommandRunning} {
 		cmds, err := c.store.ListCommands(ctx, l.tenantID, bothy.CommandFilter{ComputerID: l.computerID, State: state, Limit: 1000})
 		if err != nil {

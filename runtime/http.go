@@ -23,6 +23,7 @@ const (
 	pathReleased     = PathPrefix + "lease/released"
 	pathCommit       = PathPrefix + "lease/commit"
 	pathCheckpointed = PathPrefix + "lease/checkpointed"
+	pathApplied      = PathPrefix + "lease/applied"
 	pathReport       = PathPrefix + "commands/{id}/report"
 	pathEvents       = PathPrefix + "commands/{id}/events"
 )
@@ -90,6 +91,13 @@ func Handler(c Control, log *slog.Logger) http.Handler {
 			return nil, err
 		}
 		return nil, c.Checkpointed(r.Context(), tok, &req)
+	})
+	handle(pathApplied, func(r *http.Request, tok string) (any, error) {
+		var req AppliedRequest
+		if err := readJSON(r, &req); err != nil {
+			return nil, err
+		}
+		return nil, c.Applied(r.Context(), tok, &req)
 	})
 	handle(pathReport, func(r *http.Request, tok string) (any, error) {
 		var req Report
@@ -219,6 +227,10 @@ func (c *Client) Commit(ctx context.Context, cred string, req *CommitRequest) (*
 
 func (c *Client) Checkpointed(ctx context.Context, cred string, req *CheckpointedRequest) error {
 	return c.call(ctx, pathCheckpointed, cred, req, nil)
+}
+
+func (c *Client) Applied(ctx context.Context, cred string, req *AppliedRequest) error {
+	return c.call(ctx, pathApplied, cred, req, nil)
 }
 
 func (c *Client) Report(ctx context.Context, cred, commandID string, req *Report) error {

@@ -111,6 +111,30 @@ type LeaseWork struct {
 	// checkpoint now, answered with Checkpointed.
 	Checkpoint int64          `json:"checkpoint,omitempty"`
 	Commands   []*CommandWork `json:"commands,omitempty"`
+	// Applies are file changes made through the files API, to be applied
+	// to the lease's disk and committed; each is answered with Applied.
+	Applies []*ApplyWork `json:"applies,omitempty"`
+}
+
+// ApplyWork asks the runtime to make its disk go from the revision Base
+// (whose root and packs are BaseRoot and BasePacks) to the tree Root, by
+// applying their differences to the workspace, and to commit. A runtime
+// whose last commit is not Base answers a conflict: its disk moved on.
+type ApplyWork struct {
+	ID        int64    `json:"id"`
+	Base      int64    `json:"base"`
+	BaseRoot  string   `json:"base_root"`
+	BasePacks []string `json:"base_packs"`
+	Root      string   `json:"root"`
+	Packs     []string `json:"packs"`
+}
+
+// AppliedRequest answers an ApplyWork: the revision committed, or an
+// error with its code.
+type AppliedRequest struct {
+	ID       int64        `json:"id"`
+	Revision int64        `json:"revision"`
+	Error    *bothy.Error `json:"error,omitempty"`
 }
 
 // CommandWork is one action on a command of a lease.
@@ -200,6 +224,7 @@ type Control interface {
 	Released(ctx context.Context, cred string, req *ReleaseRequest) error
 	Commit(ctx context.Context, cred string, req *CommitRequest) (*bothy.Revision, error)
 	Checkpointed(ctx context.Context, cred string, req *CheckpointedRequest) error
+	Applied(ctx context.Context, cred string, req *AppliedRequest) error
 	Report(ctx context.Context, cred, commandID string, req *Report) error
 	// AppendEvents stores a command's events (each with its seq; a seq
 	// already stored with the same content is a no-op) and returns the

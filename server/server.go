@@ -75,7 +75,7 @@ func New(cfg Config) (*Server, error) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	files := workspace.New(cfg.Store, cfg.Blobs, workspace.Options{})
+	files := workspace.New(cfg.Store, cfg.Blobs, workspace.Options{Runtime: ctl})
 	api := bhttp.NewServer(cfg.Store, ctl.Files(files), bhttp.Options{Logger: cfg.Logger, Compute: ctl, Profiles: names})
 	rt := runtime.Handler(ctl, cfg.Logger)
 	// Not a ServeMux: it would clean "a/../b" in a file path and redirect,

@@ -50,6 +50,21 @@ type Options struct {
 	// Retries is how many times a mutation that lost a commit race is
 	// re-run on the new revision before ECONFLICT; default 8.
 	Retries int
+	// Runtime, if set, commits mutations of computers that are not cold:
+	// it must make the runtime's disk hold the new revision and commit it
+	// through the runtime's lease. Without it such a mutation is
+	// ECONFLICT.
+	Runtime RuntimeCommitter
+}
+
+// RuntimeCommitter commits a mutation of a running computer (the control
+// plane implements it). req is the revision the mutation made on top of
+// the computer's current revision, c.Revision, whose packs hold every
+// object of req.RootDigest; the committer makes the runtime's disk match it
+// and commits through the runtime. A runtime whose disk moved on since
+// c.Revision answers ECONFLICT, and the mutation is re-run.
+type RuntimeCommitter interface {
+	CommitToRuntime(ctx context.Context, c *bothy.Computer, req *bothy.CommitRequest) (*bothy.Revision, error)
 }
 
 // FS is the file service of cold workspaces.
@@ -182,12 +197,16 @@ func (f *FS) mutate(ctx context.Context, tenantID, computerID, op string, apply 
 		if err != nil {
 			return nil, err
 		}
+		running := false
 		switch st.computer.State {
 		case bothy.StateCold, bothy.StateFailed:
 		default:
 			// A runtime owns (or is about to own) the workspace: a cold
 			// commit would be lost under its writable layer.
-			return nil, bothy.Errorf(bothy.ECONFLICT, "computer %q is %s; change its files through its runtime", computerID, st.computer.State)
+			if f.opts.Runtime == nil {
+				return nil, bothy.Errorf(bothy.ECONFLICT, "computer %q is %s; change its files through its runtime", computerID, st.computer.State)
+			}
+			running = true
 		}
 		t, err := f.begin(ctx, st, true)
 		if err != nil {
@@ -208,7 +227,7 @@ func (f *FS) mutate(ctx context.Context, tenantID, computerID, op string, apply 
 		}
 		packs = mergePacks(packs, earlier)
 		base := st.current()
-		rev, err := f.store.CommitRevision(ctx, &bothy.CommitRequest{
+		req := &bothy.CommitRequest{
 			TenantID:   tenantID,
 			ComputerID: computerID,
 			Generation: st.computer.Generation,
@@ -218,7 +237,13 @@ func (f *FS) mutate(ctx context.Context, tenantID, computerID, op string, apply 
 			Size:       max(base.Size+t.sizeDelta, 0),
 			FileCount:  max(base.FileCount+t.filesDelta, 0),
 			CreatedBy:  "api:" + op,
-		})
+		}
+		var rev *bothy.Revision
+		if running {
+			rev, err = f.opts.Runtime.CommitToRuntime(ctx, st.computer, req)
+		} else {
+			rev, err = f.store.CommitRevision(ctx, req)
+		}
 		if err == nil {
 			return rev, nil
 		} else if bothy.ErrorCode(err) != bothy.ECONFLICT || attempt >= f.opts.Retries {

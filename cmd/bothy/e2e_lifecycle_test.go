@@ -67,9 +67,17 @@ func TestE2E_Lifecycle(t *testing.T) {
 		if got := a.readFile(c.ID, "late.txt"); got != "late\n" {
 			t.Fatalf("late.txt = %q", got)
 		}
-		// Writing to an active computer's files is refused, not lost.
-		if st, raw := a.call("PUT", "/v1/computers/"+c.ID+"/files/x.txt", "x", nil); st != 409 {
-			t.Fatalf("write to an active computer: %d %s", st, raw)
+		// Writing to an active computer's files reaches its disk: the next
+		// command sees the file, owned by the sandbox's user, and a
+		// background process keeps running through it.
+		a.must("PUT", "/v1/computers/"+c.ID+"/files/dir/x.txt?parents=true", "from the API\n", nil)
+		a.must("POST", "/v1/computers/"+c.ID+"/fs/mkdir", map[string]any{"path": "made/by/api", "parents": true}, nil)
+		both := a.run(c.ID, bothy.RunRequest{Script: "echo more >> dir/x.txt && cat dir/x.txt && touch made/by/api/f && kill -0 $(cat bg.pid) && echo alive", Wait: true})
+		if got := output(a.events(both.ID, 0, nil)); both.State != bothy.CommandCompleted || got != "from the API\nmore\nalive\n" {
+			t.Fatalf("after API writes to an active computer: %s %q", both.State, got)
+		}
+		if got := a.readFile(c.ID, "dir/x.txt"); got != "from the API\nmore\n" {
+			t.Fatalf("dir/x.txt = %q", got)
 		}
 		var rev bothy.Revision
 		a.must("POST", "/v1/computers/"+c.ID+"/checkpoint", nil, &rev)
@@ -105,6 +113,9 @@ func TestE2E_Lifecycle(t *testing.T) {
 		for _, p := range []string{"etc-link/passwd", "up-link", "a/../../etc/passwd"} {
 			if st, raw := a.call("GET", "/v1/computers/"+c.ID+"/files/"+p, nil, nil); st != 400 {
 				t.Errorf("read %s: %d %s", p, st, raw)
+			}
+			if st, raw := a.call("PUT", "/v1/computers/"+c.ID+"/files/"+p, "x", nil); st != 400 {
+				t.Errorf("write %s: %d %s", p, st, raw)
 			}
 		}
 		// An absolute path names a path in the workspace, never the host's.
