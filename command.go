@@ -101,10 +101,13 @@ type Command struct {
 	TenantID   string `json:"-"`
 	ComputerID string `json:"computer_id"`
 	// IdempotencyKey is unique per computer; "" means none.
-	IdempotencyKey string   `json:"idempotency_key,omitempty"`
-	Argv           []string `json:"argv,omitempty"`
-	Script         string   `json:"script,omitempty"`
-	Cwd            string   `json:"cwd,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// WorkJobID is the caller's external reference, stated in the
+	// command's receipt: the run request's, else the computer's.
+	WorkJobID string   `json:"work_job_id,omitempty"`
+	Argv      []string `json:"argv,omitempty"`
+	Script    string   `json:"script,omitempty"`
+	Cwd       string   `json:"cwd,omitempty"`
 	// EnvNames lists the names of the environment variables the command was
 	// given. Values are never stored.
 	EnvNames  []string `json:"env_names,omitempty"`
@@ -129,6 +132,9 @@ type Command struct {
 	StartedAt    time.Time `json:"started_at,omitzero"`
 	FinishedAt   time.Time `json:"finished_at,omitzero"`
 	DurationMS   int64     `json:"duration_ms"`
+	// RevisionBefore is the computer's revision when the command was
+	// dispatched (DispatchCommand records it).
+	RevisionBefore int64 `json:"revision_before,omitempty"`
 	// RevisionAfter is the revision committed by the checkpoint after the
 	// command, 0 if none.
 	RevisionAfter int64 `json:"revision_after,omitempty"`
@@ -144,6 +150,8 @@ func (c *Command) Validate() error {
 		return err
 	} else if len(c.IdempotencyKey) > MaxIdempotencyKeyLen {
 		return Errorf(EINVALID, "idempotency key must be at most %d bytes", MaxIdempotencyKeyLen)
+	} else if len(c.WorkJobID) > MaxWorkJobIDLen {
+		return Errorf(EINVALID, "work_job_id must be at most %d bytes", MaxWorkJobIDLen)
 	} else if (len(c.Argv) == 0) == (c.Script == "") {
 		return Errorf(EINVALID, "a command needs exactly one of argv and script")
 	} else if len(c.Argv) > MaxCommandArgs {
@@ -231,7 +239,8 @@ type CommandService interface {
 	// so that of any number of calls exactly one succeeds: any other, or a
 	// call for a command in another state, is ECONFLICT. The lease must be
 	// the unreleased lease of the command's computer at generation, or the
-	// call is ECONFLICT. A missing command or lease is ENOTFOUND.
+	// call is ECONFLICT. A missing command or lease is ENOTFOUND. It
+	// records the computer's current revision as RevisionBefore.
 	DispatchCommand(ctx context.Context, tenantID, id, leaseID string, generation int64) (*Command, error)
 	// TransitionCommand moves the command from one of the states from to
 	// the state to, by compare-and-swap, and sets u's non-zero fields. Every

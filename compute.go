@@ -25,6 +25,9 @@ type RunRequest struct {
 	// with the same key on the same computer returns the first command and
 	// starts nothing.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// WorkJobID is the caller's external reference for the command's
+	// receipt; "" takes the computer's.
+	WorkJobID string `json:"work_job_id,omitempty"`
 	// Wait asks the API to answer only when the command has ended.
 	Wait bool `json:"wait,omitempty"`
 }
@@ -33,6 +36,8 @@ type RunRequest struct {
 func (r *RunRequest) Validate() error {
 	if len(r.Stdin) > MaxStdinBytes {
 		return Errorf(ETOOLARGE, "stdin must be at most %d bytes", MaxStdinBytes)
+	} else if len(r.WorkJobID) > MaxWorkJobIDLen {
+		return Errorf(EINVALID, "work_job_id must be at most %d bytes", MaxWorkJobIDLen)
 	}
 	spec := ExecSpec{Argv: r.Argv, Script: r.Script, Cwd: r.Cwd, Env: r.Env, Timeout: time.Duration(r.TimeoutMS) * time.Millisecond}
 	return spec.Validate()

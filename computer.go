@@ -34,8 +34,10 @@ type Computer struct {
 	Owner          string `json:"owner"`
 	ConversationID string `json:"conversation_id"`
 	Label          string `json:"label"`
-	Profile        string `json:"profile"`
-	State          string `json:"state"`
+	// WorkJobID is the caller's external reference, stated in receipts.
+	WorkJobID string `json:"work_job_id,omitempty"`
+	Profile   string `json:"profile"`
+	State     string `json:"state"`
 	// Generation increases each time a new lease becomes active; a commit
 	// must name the current generation.
 	Generation int64 `json:"generation"`
@@ -57,6 +59,8 @@ func (c *Computer) Validate() error {
 		return Errorf(EINVALID, "computer profile is required")
 	} else if len(c.Label) > 256 || len(c.ConversationID) > 256 || len(c.Owner) > 256 {
 		return Errorf(EINVALID, "computer owner, label and conversation id must be at most 256 bytes")
+	} else if len(c.WorkJobID) > MaxWorkJobIDLen {
+		return Errorf(EINVALID, "work_job_id must be at most %d bytes", MaxWorkJobIDLen)
 	}
 	return nil
 }

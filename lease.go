@@ -56,6 +56,11 @@ type Lease struct {
 	Disposition string `json:"disposition,omitempty"`
 	// Residue is the JSON teardown evidence ("" if none was recorded).
 	Residue string `json:"residue,omitempty"`
+	// RevisionBefore is the computer's revision when the lease was
+	// acquired, RevisionAfter when it was released (set by AcquireLease and
+	// ReleaseLease).
+	RevisionBefore int64 `json:"revision_before"`
+	RevisionAfter  int64 `json:"revision_after"`
 }
 
 // Validate reports whether l can be acquired.
@@ -96,15 +101,17 @@ type LeaseService interface {
 	// must be one more than the generation the caller saw. Another
 	// unreleased lease, a generation that moved, or a destroyed computer is
 	// ECONFLICT and changes nothing; a missing computer is ENOTFOUND.
-	// AcquireLease fills ReservedAt if it is zero and clears ReleasedAt,
-	// Disposition and Residue. Of concurrent callers for one computer exactly one wins.
+	// AcquireLease fills ReservedAt if it is zero, sets RevisionBefore to
+	// the computer's revision, and clears ReleasedAt, Disposition, Residue
+	// and RevisionAfter. Of concurrent callers for one computer exactly one wins.
 	AcquireLease(ctx context.Context, l *Lease) error
 	// HeartbeatLease records a heartbeat now and moves the expiry to
 	// expiresAt. It is fenced: a lease that is released, or whose generation
 	// is not generation, is ECONFLICT; a missing lease is ENOTFOUND.
 	HeartbeatLease(ctx context.Context, tenantID, leaseID string, generation int64, expiresAt time.Time) error
 	// ReleaseLease sets the lease's ReleasedAt, disposition (one of the
-	// Lease* dispositions) and residue evidence, and sets its computer back
+	// Lease* dispositions), residue evidence and RevisionAfter (the
+	// computer's revision, which only the lease could move), and sets its computer back
 	// to cold if the computer is still at the lease's generation and not
 	// destroyed. It does not change the generation: the next AcquireLease
 	// does. A stale generation or an already released lease is ECONFLICT and

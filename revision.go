@@ -88,5 +88,6 @@ type Store interface {
 	CommandService
 	EventService
 	TokenService
+	ReceiptService
 	Close() error
 }

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -24,7 +25,7 @@ func (c *Controller) RunCommand(ctx context.Context, tenantID, computerID string
 	}
 	cmd := &bothy.Command{
 		ID: newID("cmd_"), TenantID: tenantID, ComputerID: computerID, IdempotencyKey: req.IdempotencyKey,
-		Argv: req.Argv, Script: req.Script, Cwd: req.Cwd, TimeoutMS: req.TimeoutMS,
+		WorkJobID: cmp.Or(req.WorkJobID, comp.WorkJobID), Argv: req.Argv, Script: req.Script, Cwd: req.Cwd, TimeoutMS: req.TimeoutMS,
 	}
 	for name := range req.Env {
 		cmd.EnvNames = append(cmd.EnvNames, name)
@@ -179,7 +180,7 @@ func (c *Controller) CancelCommand(ctx context.Context, tenantID, commandID stri
 		return cmd, nil
 	}
 	if cmd.State == bothy.CommandAdmitted {
-		got, err := c.store.TransitionCommand(ctx, tenantID, commandID, []string{bothy.CommandAdmitted}, bothy.CommandCancelled, bothy.CommandUpdate{})
+		got, err := c.transition(ctx, tenantID, commandID, []string{bothy.CommandAdmitted}, bothy.CommandCancelled, bothy.CommandUpdate{})
 		if err == nil {
 			c.forget(commandID)
 			c.notify(commandID)
@@ -230,7 +231,7 @@ func (c *Controller) stop(ctx context.Context, tenantID, computerID string) erro
 		return err
 	}
 	for _, cmd := range admitted {
-		if _, err := c.store.TransitionCommand(ctx, tenantID, cmd.ID, []string{bothy.CommandAdmitted}, bothy.CommandCancelled, bothy.CommandUpdate{}); err == nil {
+		if _, err := c.transition(ctx, tenantID, cmd.ID, []string{bothy.CommandAdmitted}, bothy.CommandCancelled, bothy.CommandUpdate{}); err == nil {
 			c.forget(cmd.ID)
 			c.notify(cmd.ID)
 		}

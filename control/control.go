@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/receipt"
 	"github.com/bothyhq/bothy/runtime"
 )
 
@@ -52,6 +53,12 @@ type Config struct {
 	AgentToken string
 	// Signer signs lease credentials; nil is a random key.
 	Signer *runtime.Signer
+	// Receipts signs the receipt of every command that ends and every
+	// lease that is released; nil is a random key, whose receipts nobody
+	// can verify after the process ends.
+	Receipts *receipt.Signer
+	// Version names the server's build in receipts' image digests.
+	Version string
 	// Limits are every lease's resource limits.
 	Limits bothy.Limits
 	// LeaseTTL is how long a lease lives without a heartbeat (an agent's
@@ -82,7 +89,10 @@ type Controller struct {
 	cfg    Config
 	signer *runtime.Signer
 	log    *slog.Logger
-	now    func() time.Time
+
+	receipts     *receipt.Signer
+	policyDigest string // of cfg.Profiles, stated in every receipt
+	now          func() time.Time
 
 	mu      sync.Mutex
 	version int64
@@ -123,6 +133,9 @@ func New(store bothy.Store, cfg Config) *Controller {
 	if cfg.Signer == nil {
 		cfg.Signer = runtime.NewSigner(nil)
 	}
+	if cfg.Receipts == nil {
+		cfg.Receipts = receipt.NewSigner(nil)
+	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = DefaultLeaseTTL
 	}
@@ -137,6 +150,7 @@ func New(store bothy.Store, cfg Config) *Controller {
 	}
 	return &Controller{
 		store: store, cfg: cfg, signer: cfg.Signer, log: cfg.Logger, now: time.Now,
+		receipts: cfg.Receipts, policyDigest: receipt.PolicyDigest(cfg.Profiles),
 		version: 1, // above an agent's first poll (0), which is answered at once
 		wake:    make(chan struct{}), watch: map[string]*watch{},
 		agents: map[string]time.Time{}, leases: map[string]*leaseState{},

@@ -232,7 +232,7 @@ func (c *Controller) finishFailed(ctx context.Context, cmd *bothy.Command, from 
 	if err := c.store.AppendEvents(ctx, cmd.TenantID, cmd.ID, 0, []bothy.Event{{Kind: bothy.EventState, Fields: string(fields)}}); err != nil {
 		c.log.Warn("record failure event", "command", cmd.ID, "err", err)
 	}
-	if _, err := c.store.TransitionCommand(ctx, cmd.TenantID, cmd.ID, from, bothy.CommandFailed, bothy.CommandUpdate{}); err != nil {
+	if _, err := c.transition(ctx, cmd.TenantID, cmd.ID, from, bothy.CommandFailed, bothy.CommandUpdate{}); err != nil {
 		c.log.Warn("fail command", "command", cmd.ID, "err", err)
 	}
 	c.forget(cmd.ID)
@@ -303,6 +303,7 @@ func (c *Controller) Released(ctx context.Context, cred string, req *runtime.Rel
 		}
 		// Released already: the answer to an earlier report was lost.
 	}
+	c.released(ctx, cl.TenantID, cl.LeaseID)
 	c.log.Info("lease released", "lease", cl.LeaseID, "computer", cl.ComputerID, "disposition", req.Disposition, "error", req.Error)
 	if req.Disposition == bothy.LeaseFailed {
 		// The sandbox never became ready: the commands waiting for it fail
@@ -343,7 +344,7 @@ func (c *Controller) afterRelease(ctx context.Context, tenantID, computerID, lea
 			}
 			fields, _ := json.Marshal(map[string]string{"state": bothy.CommandLost, "reason": "its lease ended before it finished"})
 			c.store.AppendEvents(ctx, tenantID, cmd.ID, 0, []bothy.Event{{Kind: bothy.EventState, Fields: string(fields)}})
-			if _, err := c.store.TransitionCommand(ctx, tenantID, cmd.ID, from, bothy.CommandLost, bothy.CommandUpdate{}); err != nil && bothy.ErrorCode(err) != bothy.ECONFLICT {
+			if _, err := c.transition(ctx, tenantID, cmd.ID, from, bothy.CommandLost, bothy.CommandUpdate{}); err != nil && bothy.ErrorCode(err) != bothy.ECONFLICT {
 				return err
 			}
 			c.forget(cmd.ID)
@@ -502,7 +503,7 @@ func (c *Controller) Report(ctx context.Context, cred, commandID string, r *runt
 				to = bothy.CommandCompleted
 			}
 		}
-		if _, err := c.store.TransitionCommand(ctx, cl.TenantID, commandID, []string{bothy.CommandRunning}, to, u); err != nil {
+		if _, err := c.transition(ctx, cl.TenantID, commandID, []string{bothy.CommandRunning}, to, u); err != nil {
 			return err
 		}
 		c.forget(commandID)

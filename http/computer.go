@@ -12,6 +12,8 @@ type CreateComputerRequest struct {
 	Profile        string `json:"profile,omitempty"` // default "standard"
 	Label          string `json:"label,omitempty"`
 	ConversationID string `json:"conversation_id,omitempty"`
+	// WorkJobID is the caller's external reference, stated in receipts.
+	WorkJobID string `json:"work_job_id,omitempty"`
 }
 
 // ComputerList is the body of a computer listing.
@@ -37,7 +39,7 @@ func (s *Server) handleCreateComputer(w nethttp.ResponseWriter, r *nethttp.Reque
 	}
 	c := &bothy.Computer{
 		ID: newID("cmp_"), TenantID: p.TenantID, Owner: p.Owner, Profile: req.Profile,
-		Label: req.Label, ConversationID: req.ConversationID, State: bothy.StateCold,
+		Label: req.Label, ConversationID: req.ConversationID, WorkJobID: req.WorkJobID, State: bothy.StateCold,
 	}
 	if err := s.store.CreateComputer(r.Context(), c); err != nil {
 		return err

@@ -4,9 +4,9 @@
 // /v1/openapi.json), and a Client that implements the same operations, and
 // bothy.FileService, over HTTP.
 //
-// Every route but /healthz and /v1/openapi.json needs a bearer token, which
-// resolves to a principal {tenant, owner, scopes}; each route names the
-// scope it needs. Another tenant's computer is not found, never forbidden.
+// Every route but /healthz, /v1/openapi.json and /v1/receipts/key needs a
+// bearer token, which resolves to a principal {tenant, owner, scopes}; each
+// route names the scope it needs. Another tenant's computer is not found, never forbidden.
 package http
 
 import (
@@ -45,7 +45,11 @@ type Options struct {
 	// only the stored computer, and event streams end after the stored
 	// events.
 	Compute bothy.ComputeService
-	Logger  *slog.Logger // default slog.Default()
+	// Receipts serves receipts, issuing one that is missing, and publishes
+	// their key. Without it the receipt routes serve stored receipts only,
+	// and the key route answers 503 unavailable.
+	Receipts bothy.ReceiptIssuer
+	Logger   *slog.Logger // default slog.Default()
 }
 
 // Server serves the public API over a Store, a FileService and, if
@@ -162,6 +166,10 @@ func (s *Server) routes() []Route {
 		{"GET", cmd, cr, s.handleGetCommand},
 		{"GET", cmd + "/events", cr, s.handleCommandEvents},
 		{"POST", cmd + "/cancel", cw, s.handleCancelCommand},
+
+		{"GET", "/v1/receipts/key", "", s.handleReceiptKey},
+		{"GET", cmd + "/receipt", cr, s.handleCommandReceipt},
+		{"GET", "/v1/leases/{id}/receipt", cr, s.handleLeaseReceipt},
 
 		{"GET", c + "/files/{path...}", fr, s.handleReadFile},
 		{"PUT", c + "/files/{path...}", fw, s.handleWriteFile},

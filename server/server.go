@@ -8,6 +8,7 @@ package server
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"github.com/bothyhq/bothy/control"
 	"github.com/bothyhq/bothy/hostcache"
 	bhttp "github.com/bothyhq/bothy/http"
+	"github.com/bothyhq/bothy/receipt"
 	"github.com/bothyhq/bothy/runtime"
 	"github.com/bothyhq/bothy/workspace"
 )
@@ -43,8 +45,14 @@ type Config struct {
 	SupervisorCommand []string
 	// AgentID names the in-process agent (default "local").
 	AgentID string
-	// Control configures the control plane; Profiles, AgentToken and
-	// Logger are set from the fields above.
+	// ReceiptKey signs receipts; nil is a random key, whose receipts
+	// cannot be verified once the process ends (`bothy serve` keeps one in
+	// DATA/receipt.key).
+	ReceiptKey ed25519.PrivateKey
+	// Version names the build in receipts' image digests.
+	Version string
+	// Control configures the control plane; Profiles, AgentToken,
+	// Receipts, Version and Logger are set from the fields above.
 	Control control.Config
 	Logger  *slog.Logger
 }
@@ -69,6 +77,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	cc := cfg.Control
 	cc.Profiles, cc.AgentToken, cc.Logger = cfg.Profiles, cfg.AgentToken, cfg.Logger
+	cc.Receipts, cc.Version = receipt.NewSigner(cfg.ReceiptKey), cfg.Version
 	ctl := control.New(cfg.Store, cc)
 	names := make([]string, 0, len(cfg.Profiles))
 	for name := range cfg.Profiles {
@@ -76,7 +85,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	slices.Sort(names)
 	files := workspace.New(cfg.Store, cfg.Blobs, workspace.Options{Runtime: ctl})
-	api := bhttp.NewServer(cfg.Store, ctl.Files(files), bhttp.Options{Logger: cfg.Logger, Compute: ctl, Profiles: names})
+	api := bhttp.NewServer(cfg.Store, ctl.Files(files), bhttp.Options{Logger: cfg.Logger, Compute: ctl, Receipts: ctl, Profiles: names})
 	rt := runtime.Handler(ctl, cfg.Logger)
 	// Not a ServeMux: it would clean "a/../b" in a file path and redirect,
 	// where the API refuses it.

@@ -15,7 +15,7 @@ import (
 // stored as wall_millis.
 const commandColumns = `tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state,
 	exit_code, signal, lease_id, generation, last_seq, output_digest, truncated, created_at, dispatched_at, started_at,
-	finished_at, wall_millis, revision_after`
+	finished_at, wall_millis, revision_after, work_job_id, revision_before`
 
 func scanCommand(r scanner) (*bothy.Command, error) {
 	c := &bothy.Command{}
@@ -24,7 +24,8 @@ func scanCommand(r scanner) (*bothy.Command, error) {
 	var argv, env string
 	err := r.Scan(&c.TenantID, &c.ID, &c.ComputerID, &key, &argv, &c.Script, &c.Cwd, &env, &c.TimeoutMS, &c.State,
 		&exit, &c.Signal, &leaseID, &gen, &c.LastSeq, &c.OutputDigest, &c.Truncated, scanTime(&c.CreatedAt),
-		scanTime(&c.DispatchedAt), scanTime(&c.StartedAt), scanTime(&c.FinishedAt), &c.DurationMS, &c.RevisionAfter)
+		scanTime(&c.DispatchedAt), scanTime(&c.StartedAt), scanTime(&c.FinishedAt), &c.DurationMS, &c.RevisionAfter,
+		&c.WorkJobID, &c.RevisionBefore)
 	if err != nil {
 		return nil, err
 	}
@@ -115,11 +116,11 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 		}
 		at := s.timeArg(created)
 		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO commands
-			(tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			(tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state, created_at, updated_at, work_job_id)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant_id, computer_id, idempotency_key) DO NOTHING`),
 			c.TenantID, c.ID, c.ComputerID, nullString(c.IdempotencyKey), argv, c.Script, c.Cwd, env, c.TimeoutMS,
-			bothy.CommandAdmitted, at, at)
+			bothy.CommandAdmitted, at, at, c.WorkJobID)
 		if err != nil {
 			return s.conflict(err, "command %q already exists", c.ID)
 		}
@@ -137,7 +138,7 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 		return false, nil
 	}
 	*c = bothy.Command{
-		ID: c.ID, TenantID: c.TenantID, ComputerID: c.ComputerID, IdempotencyKey: c.IdempotencyKey,
+		ID: c.ID, TenantID: c.TenantID, ComputerID: c.ComputerID, IdempotencyKey: c.IdempotencyKey, WorkJobID: c.WorkJobID,
 		Argv: nilIfEmpty(c.Argv), Script: c.Script, Cwd: c.Cwd, EnvNames: nilIfEmpty(c.EnvNames), TimeoutMS: c.TimeoutMS,
 		State: bothy.CommandAdmitted, CreatedAt: created,
 	}
@@ -219,10 +220,14 @@ func (s *DB) DispatchCommand(ctx context.Context, tenantID, id, leaseID string, 
 		} else if computerID != cur.ComputerID {
 			return bothy.Errorf(bothy.ECONFLICT, "lease %q is not of computer %q", leaseID, cur.ComputerID)
 		}
+		comp, err := s.findComputer(ctx, tx, tenantID, cur.ComputerID)
+		if err != nil {
+			return err
+		}
 		at := s.timeArg(now())
-		res, err := tx.ExecContext(ctx, s.q(`UPDATE commands SET state = ?, lease_id = ?, generation = ?, dispatched_at = ?, updated_at = ?
-			WHERE tenant_id = ? AND id = ? AND state = ?`),
-			bothy.CommandDispatched, leaseID, generation, at, at, tenantID, id, bothy.CommandAdmitted)
+		res, err := tx.ExecContext(ctx, s.q(`UPDATE commands SET state = ?, lease_id = ?, generation = ?, dispatched_at = ?, updated_at = ?,
+			revision_before = ? WHERE tenant_id = ? AND id = ? AND state = ?`),
+			bothy.CommandDispatched, leaseID, generation, at, at, comp.Revision, tenantID, id, bothy.CommandAdmitted)
 		if err != nil {
 			return err
 		}

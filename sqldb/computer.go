@@ -10,7 +10,7 @@ import (
 )
 
 // computerColumns is the column list that scanComputer reads.
-const computerColumns = `tenant_id, id, owner, conversation_id, label, profile, state, generation, revision, root_digest, created_at, updated_at`
+const computerColumns = `tenant_id, id, owner, conversation_id, label, profile, state, generation, revision, root_digest, created_at, updated_at, work_job_id`
 
 // CreateComputer stores c with State cold, Generation 0 and Revision 0 unless
 // set, and fills CreatedAt (if zero) and UpdatedAt. An existing ID returns
@@ -36,9 +36,9 @@ func (s *DB) CreateComputer(ctx context.Context, c *bothy.Computer) error {
 		} else if n == 0 {
 			return bothy.Errorf(bothy.ENOTFOUND, "tenant %q not found", c.TenantID)
 		}
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			c.TenantID, c.ID, c.Owner, c.ConversationID, c.Label, c.Profile, state, c.Generation, c.Revision, c.RootDigest,
-			s.timeArg(created), s.timeArg(created))
+			s.timeArg(created), s.timeArg(created), c.WorkJobID)
 		return s.conflict(err, "computer %q already exists", c.ID)
 	})
 	if err != nil {
@@ -54,7 +54,7 @@ type scanner interface{ Scan(dest ...any) error }
 func scanComputer(r scanner) (*bothy.Computer, error) {
 	c := &bothy.Computer{}
 	err := r.Scan(&c.TenantID, &c.ID, &c.Owner, &c.ConversationID, &c.Label, &c.Profile, &c.State,
-		&c.Generation, &c.Revision, &c.RootDigest, scanTime(&c.CreatedAt), scanTime(&c.UpdatedAt))
+		&c.Generation, &c.Revision, &c.RootDigest, scanTime(&c.CreatedAt), scanTime(&c.UpdatedAt), &c.WorkJobID)
 	if err != nil {
 		return nil, err
 	}

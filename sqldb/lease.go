@@ -13,14 +13,14 @@ import (
 // leaseColumns is the column list that scanLease reads.
 const leaseColumns = `tenant_id, id, computer_id, generation, provider, host, sandbox_ref, cpu_millis, memory_bytes,
 	scratch_bytes, credential_digest, reserved_at, started_at, ready_at, heartbeat_at, expires_at, released_at,
-	disposition, residue`
+	disposition, residue, revision_before, revision_after`
 
 func scanLease(r scanner) (*bothy.Lease, error) {
 	l := &bothy.Lease{}
 	err := r.Scan(&l.TenantID, &l.ID, &l.ComputerID, &l.Generation, &l.Provider, &l.Host, &l.SandboxRef,
 		&l.CPUMillis, &l.MemoryBytes, &l.ScratchBytes, &l.CredentialDigest, scanTime(&l.ReservedAt),
 		scanTime(&l.StartedAt), scanTime(&l.ReadyAt), scanTime(&l.HeartbeatAt), scanTime(&l.ExpiresAt),
-		scanTime(&l.ReleasedAt), &l.Disposition, &l.Residue)
+		scanTime(&l.ReleasedAt), &l.Disposition, &l.Residue, &l.RevisionBefore, &l.RevisionAfter)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func (s *DB) AcquireLease(ctx context.Context, l *bothy.Lease) error {
 	out.ReservedAt = fillTime(l.ReservedAt)
 	out.StartedAt, out.ReadyAt, out.HeartbeatAt = utcMicro(l.StartedAt), utcMicro(l.ReadyAt), utcMicro(l.HeartbeatAt)
 	out.ExpiresAt = utcMicro(l.ExpiresAt)
-	out.ReleasedAt, out.Disposition, out.Residue = time.Time{}, "", ""
+	out.ReleasedAt, out.Disposition, out.Residue, out.RevisionAfter = time.Time{}, "", "", 0
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, s.q(`UPDATE computers SET generation = ?, state = ?, updated_at = ?
 			WHERE tenant_id = ? AND id = ? AND generation = ? AND state <> ?
@@ -59,12 +59,16 @@ func (s *DB) AcquireLease(ctx context.Context, l *bothy.Lease) error {
 		} else if n == 0 {
 			return s.acquireMismatch(ctx, tx, &out)
 		}
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT revision FROM computers WHERE tenant_id = ? AND id = ?`),
+			out.TenantID, out.ComputerID).Scan(&out.RevisionBefore); err != nil {
+			return err
+		}
 		_, err = tx.ExecContext(ctx, s.q(`INSERT INTO leases (`+leaseColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			out.TenantID, out.ID, out.ComputerID, out.Generation, out.Provider, out.Host, out.SandboxRef,
 			out.CPUMillis, out.MemoryBytes, out.ScratchBytes, out.CredentialDigest, s.timeArg(out.ReservedAt),
 			s.nullTimeArg(out.StartedAt), s.nullTimeArg(out.ReadyAt), s.nullTimeArg(out.HeartbeatAt),
-			s.nullTimeArg(out.ExpiresAt), nil, "", "")
+			s.nullTimeArg(out.ExpiresAt), nil, "", "", out.RevisionBefore, 0)
 		return s.conflict(err, "lease %q already exists", out.ID)
 	})
 	if err != nil {
@@ -129,7 +133,10 @@ func (s *DB) ReleaseLease(ctx context.Context, tenantID, leaseID string, generat
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		at := s.timeArg(now())
 		var computerID string
-		err := tx.QueryRowContext(ctx, s.q(`UPDATE leases SET released_at = ?, disposition = ?, residue = ?
+		// Only this lease could commit while it was unreleased, so the
+		// computer's revision is what it left.
+		err := tx.QueryRowContext(ctx, s.q(`UPDATE leases SET released_at = ?, disposition = ?, residue = ?,
+			revision_after = (SELECT c.revision FROM computers c WHERE c.tenant_id = leases.tenant_id AND c.id = leases.computer_id)
 			WHERE tenant_id = ? AND id = ? AND generation = ? AND released_at IS NULL RETURNING computer_id`),
 			at, disposition, residue, tenantID, leaseID, generation).Scan(&computerID)
 		if errors.Is(err, sql.ErrNoRows) {

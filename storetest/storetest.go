@@ -47,6 +47,7 @@ func TestStore(t *testing.T, open func(t *testing.T) bothy.Store) {
 	testCommands(t, newStore)
 	testEvents(t, newStore)
 	testTokens(t, newStore)
+	testReceipts(t, newStore)
 }
 
 // run runs f as a parallel subtest.

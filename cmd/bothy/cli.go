@@ -128,7 +128,8 @@ func (c *cli) create(ctx context.Context, args []string) error {
 	fs.StringVar(&req.Label, "label", "", "label")
 	fs.StringVar(&req.Profile, "profile", "", "profile (default: standard)")
 	fs.StringVar(&req.ConversationID, "conversation", "", "conversation id")
-	cl, _, err := c.verb(fs, &rf, args, -1, "bothy create [--label L] [--profile P] [--conversation C]", nArgs(0))
+	fs.StringVar(&req.WorkJobID, "work-job", "", "external reference (work_job_id), stated in receipts")
+	cl, _, err := c.verb(fs, &rf, args, -1, "bothy create [--label L] [--profile P] [--conversation C] [--work-job J]", nArgs(0))
 	if err != nil {
 		return err
 	}
@@ -196,7 +197,7 @@ func (c *cli) computerVerb(ctx context.Context, name string, args []string, call
 	w := tabwriter.NewWriter(c.out, 2, 4, 2, ' ', 0)
 	for _, kv := range [][2]string{
 		{"id", cm.ID}, {"state", cm.State}, {"profile", cm.Profile}, {"label", cm.Label},
-		{"conversation", cm.ConversationID}, {"owner", cm.Owner},
+		{"conversation", cm.ConversationID}, {"work job", cm.WorkJobID}, {"owner", cm.Owner},
 		{"generation", fmt.Sprint(cm.Generation)}, {"revision", fmt.Sprint(cm.Revision)},
 		{"root", cm.RootDigest}, {"created", when(cm.CreatedAt)}, {"updated", when(cm.UpdatedAt)},
 	} {

@@ -13,7 +13,7 @@ import (
 	bhttp "github.com/bothyhq/bothy/http"
 )
 
-const runUsage = "bothy run ID [--key K] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... -- CMD [ARGS...]"
+const runUsage = "bothy run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... -- CMD [ARGS...]"
 
 // run runs a command on a computer and streams its output: stdout events to
 // stdout, stderr events to stderr. It exits with the command's exit code
@@ -23,6 +23,7 @@ func (c *cli) run(ctx context.Context, args []string) error {
 	env := envFlag{}
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	key := fs.String("key", "", "idempotency key: running again with it runs nothing new and follows the first command")
+	workJob := fs.String("work-job", "", "external reference (work_job_id) for the command's receipt (default: the computer's)")
 	timeout := fs.Duration("timeout", 0, "kill the command after this long (0: the server's default)")
 	detach := fs.Bool("detach", false, "print the command id and return at once")
 	cwd := fs.String("cwd", "", "working directory, relative to the workspace root")
@@ -32,7 +33,7 @@ func (c *cli) run(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := bothy.RunRequest{Argv: args[1:], Cwd: *cwd, TimeoutMS: timeout.Milliseconds(), IdempotencyKey: *key}
+	req := bothy.RunRequest{Argv: args[1:], Cwd: *cwd, TimeoutMS: timeout.Milliseconds(), IdempotencyKey: *key, WorkJobID: *workJob}
 	if len(env) > 0 {
 		req.Env = env
 	}

@@ -1,6 +1,6 @@
 // Command bothy is the one binary of bothy. "bothy serve" runs the API server
 // (package http), and "bothy admin" makes its tokens. The verbs create, ls,
-// get, stop, destroy, revisions, run, wait, logs and fs are a client of that
+// get, stop, destroy, revisions, run, wait, logs, fs and receipt are a client of that
 // API (BOTHY_URL and BOTHY_TOKEN). The other verbs work on a data directory
 // directly: they checkpoint a directory into a computer's workspace,
 // restore revisions, list and diff them, read and write a cold workspace's
@@ -25,7 +25,7 @@ usage: bothy COMMAND [flags] [args]
 
 commands over the API (server and token from BOTHY_URL and BOTHY_TOKEN, or --url and --token;
 --json prints JSON):
-  create [--label L] [--profile P] [--conversation C]
+  create [--label L] [--profile P] [--conversation C] [--work-job J]
                             create a computer and print its id
   ls [--conversation C] [--label L] [--state S]
                             list computers
@@ -33,7 +33,7 @@ commands over the API (server and token from BOTHY_URL and BOTHY_TOKEN, or --url
   stop ID                   checkpoint a computer and stop it (it stays, cold)
   destroy ID                destroy a computer
   revisions ID              list a computer's revisions, newest first
-  run ID [--key K] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... -- CMD [ARGS...]
+  run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... -- CMD [ARGS...]
                             run a command (standard input, unless a terminal, is its input),
                             stream its output, exit with its exit code (124: timed out);
                             Ctrl-C cancels it
@@ -42,9 +42,16 @@ commands over the API (server and token from BOTHY_URL and BOTHY_TOKEN, or --url
                             print a command's output, or follow it to its end
   fs ls|stat|cat|rm ID PATH, fs put ID PATH < FILE, fs grep ID PATTERN [PATH]
                             read and change a computer's files
+  receipt get CMD_ID|LEASE_ID
+                            print the signed receipt of an ended command or a released lease
+  receipt verify [--key FILE|BASE64] FILE
+                            verify a receipt file (- for stdin) against --key or the server's
+                            published key (BOTHY_URL; no token needed); exit 1 naming what failed
 
 commands on the data directory:
-  serve [--listen ADDR]     run the API server (first start: creates DATA/admin.token, prints BOTHY_URL and BOTHY_TOKEN)
+  serve [--listen ADDR] [--receipt-key FILE]
+                            run the API server (first start: creates DATA/admin.token and DATA/receipt.key,
+                            prints BOTHY_URL and BOTHY_TOKEN)
   admin token create --owner O [--scopes a,b] [--expires D]
                             print a new API token of --tenant (created if missing)
   admin token revoke ID     revoke a token of --tenant
@@ -117,6 +124,7 @@ func run(ctx context.Context, args []string) error {
 		"wait":      remote((*cli).wait),
 		"logs":      remote((*cli).logs),
 		"fs":        remote((*cli).fs),
+		"receipt":   remote((*cli).receipt),
 	}
 	fn, ok := cmds[args[0]]
 	if !ok {

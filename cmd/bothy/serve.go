@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,11 +11,13 @@ import (
 	nethttp "net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/control"
+	"github.com/bothyhq/bothy/receipt"
 	bserver "github.com/bothyhq/bothy/server"
 )
 
@@ -26,13 +29,14 @@ func runServe(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
 	debug := fs.Bool("debug", false, "log every request")
+	receiptKey := fs.String("receipt-key", "", "Ed25519 key that signs receipts: PEM PKCS #8 or a 32-byte seed, mode 0600 (default: DATA/receipt.key, created on first start)")
 	var rc runConfig
 	rc.register(fs)
 	args, err := parseFlags(fs, &cfg, args)
 	if err != nil {
 		return err
 	} else if len(args) != 0 {
-		return bothy.Errorf(bothy.EINVALID, "usage: bothy serve [--data DIR] [--listen ADDR] [--store URL] [--blobs URL]")
+		return bothy.Errorf(bothy.EINVALID, "usage: bothy serve [--data DIR] [--listen ADDR] [--store URL] [--blobs URL] [--receipt-key FILE]")
 	}
 	level := slog.LevelInfo
 	if *debug {
@@ -47,6 +51,10 @@ func runServe(ctx context.Context, args []string) error {
 	defer e.Close()
 	tokenPath := filepath.Join(cfg.data, "admin.token")
 	secret, created, err := e.adminToken(ctx, tokenPath, log)
+	if err != nil {
+		return err
+	}
+	key, err := loadReceiptKey(*receiptKey, cfg.data, log)
 	if err != nil {
 		return err
 	}
@@ -74,6 +82,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	sc := bserver.Config{
 		Data: cfg.data, Store: e.store, Blobs: e.blobs, Profiles: profiles, AgentToken: agentToken, Logger: log,
+		ReceiptKey: key, Version: buildVersion(),
 		Control: control.Config{IdleTimeout: rc.idle, MaxLifetime: rc.lifetime, Fault: os.Getenv("BOTHY_FAULT")},
 	}
 	if !rc.noAgent {
@@ -193,4 +202,39 @@ func displayAddr(a net.Addr) string {
 		return net.JoinHostPort("127.0.0.1", fmt.Sprint(tcp.Port))
 	}
 	return tcp.String()
+}
+
+// loadReceiptKey reads the receipt signing key at path, or, with no path,
+// at DATA/receipt.key, creating that on first start.
+func loadReceiptKey(path, data string, log *slog.Logger) (ed25519.PrivateKey, error) {
+	if path != "" {
+		key, err := receipt.ReadKey(path)
+		if err == nil {
+			log.Info("receipt key", "path", path, "key_id", receipt.KeyID(key.Public().(ed25519.PublicKey)))
+		}
+		return key, err
+	}
+	path = filepath.Join(data, "receipt.key")
+	key, created, err := receipt.LoadOrCreateKey(path)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("receipt key", "path", path, "created", created, "key_id", receipt.KeyID(key.Public().(ed25519.PublicKey)))
+	return key, nil
+}
+
+// buildVersion names this build: the module version and, when the build
+// recorded it, the VCS revision.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			v += "+" + s.Value
+		}
+	}
+	return v
 }
