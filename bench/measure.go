@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
 	"os/exec"
 	"slices"
 	"syscall"
@@ -16,6 +17,7 @@ type Figure struct {
 	Median  float64   `json:"median"`
 	Min     float64   `json:"min"`
 	Max     float64   `json:"max"`
+	P99     float64   `json:"p99,omitempty"` // for latency figures of many runs
 	Runs    []float64 `json:"runs"`
 	Command string    `json:"command,omitempty"` // for baselines run through a shell
 }
@@ -34,6 +36,28 @@ func newFigure(name, unit string, runs []float64) Figure {
 	}
 	return f
 }
+
+// newLatency is a figure with its 99th percentile (nearest rank), for
+// figures of many runs.
+func newLatency(name, unit string, runs []float64) Figure {
+	f := newFigure(name, unit, runs)
+	f.P99 = percentile(runs, 0.99)
+	return f
+}
+
+// percentile returns the nearest-rank q-quantile of runs (0 if none).
+func percentile(runs []float64, q float64) float64 {
+	if len(runs) == 0 {
+		return 0
+	}
+	s := slices.Clone(runs)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+// ms returns d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // timeRuns runs setup (untimed) then fn (timed) n times and returns seconds.
 func timeRuns(n int, progress io.Writer, name string, setup func(i int) error, fn func(i int) error) ([]float64, error) {

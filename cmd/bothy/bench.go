@@ -3,50 +3,133 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/bothyhq/bothy/bench"
+	bserver "github.com/bothyhq/bothy/server"
 )
 
 func runBench(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	quick := fs.Bool("quick", false, "a small tree and 3 runs, for a smoke run")
-	runs := fs.Int("runs", 5, "runs per figure")
-	out := fs.String("out", "docs/performance.md", "report file; the JSON goes beside it")
+	quick := fs.Bool("quick", false, "a smoke run: a small tree, 3 runs, fewer runtime runs")
+	runs := fs.Int("runs", 5, "runs per storage figure")
+	out := fs.String("out", "docs/performance.md", "report file; the JSON and the charts go beside it")
 	work := fs.String("work", filepath.Join(os.TempDir(), "bothy-bench"), "scratch directory on the disk under test")
+	storage := fs.Bool("storage", true, "measure the workspace store")
+	rt := fs.Bool("runtime", true, "measure computers through an embedded server (root, bubblewrap)")
+	fileops := fs.Bool("fileops", true, "measure file operations inside a computer against the host's disk")
+	charts := fs.Bool("charts", true, "draw PNG charts beside the report")
+	only := fs.String("only", "", "run only the runtime scenarios whose names contain one of these comma-separated words")
+	from := fs.String("from", "", "measure nothing: write the report and charts again from this JSON of an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	opts := bench.StorageOptions{Tree: bench.DefaultTree, Runs: *runs, WorkDir: *work, Progress: os.Stderr}
-	command := "go run ./cmd/bothy bench"
+	if *from != "" {
+		b, err := os.ReadFile(*from)
+		if err != nil {
+			return err
+		}
+		var rep bench.Report
+		if err := json.Unmarshal(b, &rep); err != nil {
+			return fmt.Errorf("read %s: %w", *from, err)
+		}
+		return writeReport(&rep, *out, *charts, time.Now())
+	}
+	began := time.Now()
+	rep := &bench.Report{Command: "go run ./cmd/bothy bench", Quick: *quick}
 	if *quick {
-		opts.Tree, opts.Runs = bench.QuickTree, 3
-		command += " --quick"
+		rep.Command += " --quick"
 	}
 	defer os.RemoveAll(*work)
-	rep, err := bench.RunStorage(ctx, opts)
-	if err != nil {
+	var large string
+	if *storage {
+		opts := bench.StorageOptions{Tree: bench.DefaultTree, Runs: *runs, WorkDir: filepath.Join(*work, "storage"), Progress: os.Stderr}
+		if *quick {
+			opts.Tree, opts.Runs = bench.QuickTree, 3
+		}
+		fmt.Fprintf(os.Stderr, "== the workspace store\n")
+		var err error
+		if rep.StorageReport, err = bench.RunStorage(ctx, opts); err != nil {
+			return err
+		}
+		// The runtime runs on a quiet disk, with only the tree kept for
+		// its large cold starts.
+		if err := removeExcept(opts.WorkDir, "src"); err != nil {
+			return err
+		}
+		large = filepath.Join(opts.WorkDir, "src")
+	}
+	if *rt {
+		// The in-process agent is `bothy serve`'s: the same providers, and
+		// this binary as the supervisor of each lease.
+		sup, err := bserver.Exe()
+		if err != nil {
+			return err
+		}
+		opts := bench.RuntimeOptions{Providers: providers(), SupervisorCommand: sup, CLI: sup[0],
+			WorkDir: *work, Progress: os.Stderr}
+		if *quick {
+			opts = bench.QuickRuntime
+			opts.Providers, opts.SupervisorCommand, opts.CLI, opts.WorkDir, opts.Progress = providers(), sup, sup[0], *work, os.Stderr
+		}
+		if !*fileops {
+			opts.FileOpsRuns = -1
+		}
+		opts.LargeTree, opts.Only = large, *only
+		fmt.Fprintf(os.Stderr, "== computers through the API\n")
+		if rep.Runtime, err = bench.RunRuntime(ctx, opts); err != nil {
+			return err
+		}
+	}
+	rep.Finish(time.Since(began))
+	return writeReport(rep, *out, *charts, began)
+}
+
+// writeReport writes the report to out, the JSON and the charts beside it,
+// and the report to standard output.
+func writeReport(rep *bench.Report, out string, charts bool, began time.Time) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
+	}
+	base := strings.TrimSuffix(out, filepath.Ext(out))
+	if charts {
+		if err := rep.WriteCharts(base); err != nil {
+			return err
+		}
 	}
 	var md bytes.Buffer
-	if err := rep.WriteMarkdown(&md, command); err != nil {
+	if err := rep.WriteMarkdown(&md); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(*out), 0o755); err != nil {
+	if err := os.WriteFile(out, md.Bytes(), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(*out, md.Bytes(), 0o644); err != nil {
-		return err
-	}
-	jsonPath := strings.TrimSuffix(*out, filepath.Ext(*out)) + ".json"
-	if err := rep.WriteJSON(jsonPath); err != nil {
+	if err := rep.WriteJSON(base + ".json"); err != nil {
 		return err
 	}
 	os.Stdout.Write(md.Bytes())
-	fmt.Fprintf(os.Stderr, "wrote %s and %s\n", *out, jsonPath)
+	fmt.Fprintf(os.Stderr, "wrote %s and %s.json in %s\n", out, base, time.Since(began).Round(time.Second))
+	return nil
+}
+
+// removeExcept removes everything in dir but the entry keep.
+func removeExcept(dir, keep string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() != keep {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }

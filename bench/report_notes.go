@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// missesMarkdown writes, for each missed goal, what the figures of the
+// same run show of its cause, and what is not measured yet.
+func (r *Report) missesMarkdown(b *strings.Builder) {
+	var missed []Goal
+	for _, g := range r.Goals {
+		if !g.Met {
+			missed = append(missed, g)
+		}
+	}
+	if len(missed) > 0 {
+		fmt.Fprintf(b, "## Where the goals are missed\n\n")
+		for _, g := range missed {
+			fmt.Fprintf(b, "- **%s**: %s", g.Scenario, value(g.Value, g.Unit))
+			if g.Baseline != "" {
+				fmt.Fprintf(b, ", %.2fx %s", g.Ratio, g.BaselineLabel)
+			}
+			fmt.Fprintf(b, " (goal %s). %s\n", g.Goal, r.why(g))
+		}
+		fmt.Fprintf(b, "\n")
+	}
+	r.problemsMarkdown(b)
+	fmt.Fprintf(b, "## Not measured yet\n\n")
+	fmt.Fprintf(b, "- npm install of a realistic dependency set (20,000+ files) from a local npm cache: the cache is not prepared by the bench yet.\n")
+	fmt.Fprintf(b, "- Admission and reservation throughput on SQLite and PostgreSQL, and the peak number of concurrent provider operations when 15 computers start at once.\n")
+	fmt.Fprintf(b, "- The agent's memory per lease: in the embedded server the agent shares the server's process.\n")
+	fmt.Fprintf(b, "- tmpfs baselines for the file operations, and every figure with a cold page cache.\n\n")
+}
+
+// why explains a missed goal from the run's own figures, where they show
+// the cause.
+func (r *Report) why(g Goal) string {
+	if r.Runtime == nil {
+		return r.runs(g)
+	}
+	f := r.Runtime.Figure
+	switch g.Figure {
+	case "bothy_api_true":
+		run, bw := f("bothy_api_true_run").Median, f("baseline_bwrap_true").Median
+		var rest float64
+		for _, ph := range phaseNames {
+			if ph != "run" {
+				rest += f("bothy_api_true_" + ph).Median
+			}
+		}
+		return fmt.Sprintf("By the command's own timestamps, the process's run through the provider's exec chain alone is %s (plain bwrap: %s): each command starts `sh` (the root trampoline that moves it into its cgroups), `setpriv`, `nsenter` and a `bash` wrapper before the command, five programs where plain bwrap starts two. The other phases add %s: dispatch through the agent's long poll, the supervisor journaling the command (fsync) before starting it, the checkpoint scan of the writable layer after it, and the events and end recorded in SQLite. Closing it needs a shorter exec chain (one helper that enters cgroups and namespaces and drops privileges, or a process inside the sandbox that forks commands) and a cheaper end of command when the workspace did not change.",
+			value(run, "ms"), value(bw, "ms"), value(rest, "ms"))
+	case "bothy_cold_start_warm_cache", "bothy_cold_start_cold_cache":
+		prefix := g.Figure + "_"
+		return fmt.Sprintf("Of the median, %s is the dispatch phase, which for a cold computer holds the lease start: the agent's poll, materializing the base revision (a restore from the blob store when the host cache is cold), the overlay mount, the sandbox (bwrap, cgroups) and spawning the supervisor (the bothy binary); then %s to run `true` through the exec chain and %s to finish.",
+			value(f(prefix+"dispatch").Median, "ms"), value(f(prefix+"run").Median, "ms"), value(f(prefix+"finish").Median, "ms"))
+	case "bothy_stat_1000":
+		return fmt.Sprintf("Not the file system: `stat` resolves owner and group names, and the lease's uid has no entry in the sandbox's /etc/passwd and /etc/group (the host's, bound read-only), so glibc reads both files again for every file. Without names (`stat -c '%%s %%Y'`) the same 1000 files take %s in the computer against %s on the host. `ls -l`, `find -ls` and `tar` pay the same; a passwd and group entry for the lease's uid in the sandbox would remove it.",
+			value(f("bothy_stat_1000_numeric").Median, "ms"), value(f("host_stat_1000_numeric").Median, "ms"))
+	case "bothy_git_clone":
+		return fmt.Sprintf("A local clone hardlinks the repository's objects; in the computer they are in the overlay's lower layer, so overlayfs first copies each one up, and it fsyncs every copy. Without hardlinks (`git clone --no-hardlinks`, which copies on both sides) the clone takes %s in the computer against %s on the host. By hand on this host, hardlinking 2,000 small lower files through an overlay took 1,325 ms with the default options and 432 ms with `volatile` (no fsync), against 16 ms on ext4. The `volatile` option (the workspace is checkpointed after every command anyway, and a host crash loses only the writable layer of a lease) or restoring the base as an upper layer would close most of it.",
+			value(f("bothy_git_clone_copy").Median, "ms"), value(f("host_git_clone_copy").Median, "ms"))
+	case "bothy_rm_1000":
+		return "By hand on this host, a plain overlay with no sandbox shows most of it: `rm` of 1000 fresh files took 13.1 ms through an overlay against 9.9 ms on the ext4 beneath (overlayfs checks the lower layer for each name it removes). " + r.runs(g)
+	}
+	return r.runs(g)
+}
+
+// runs lists the runs of a goal's figure and of its baseline, for a miss
+// whose cause the figures do not show.
+func (r *Report) runs(g Goal) string {
+	fig := func(name string) Figure {
+		if r.Runtime != nil {
+			if f := r.Runtime.Figure(name); f.Name != "" {
+				return f
+			}
+		}
+		if r.StorageReport != nil {
+			return r.StorageReport.Figure(name)
+		}
+		return Figure{}
+	}
+	s := "Runs: " + spreadRuns(fig(g.Figure))
+	if g.Baseline != "" {
+		s += "; baseline " + spreadRuns(fig(g.Baseline))
+	}
+	return s + ". No cause shown by this run's figures; this 2-CPU host is shared, so a slow stretch moves a median of few runs."
+}
+
+// spreadRuns lists a figure's runs.
+func spreadRuns(f Figure) string {
+	var s []string
+	for _, v := range f.Runs {
+		s = append(s, trim(v))
+	}
+	return strings.Join(s, ", ") + " " + f.Unit
+}
+
+// problemsMarkdown writes what the run showed wrong in the runtime, from
+// its figures and the server's log.
+func (r *Report) problemsMarkdown(b *strings.Builder) {
+	rt := r.Runtime
+	if rt == nil {
+		return
+	}
+	var items []string
+	if n := rt.LogWarnings["WARN: command stream broke; resuming"]; n > 0 {
+		s := fmt.Sprintf("The agent logged \"command stream broke; resuming\" %d times. A poll answer built while a command was still `running` in the store (its exit event stored, its end not yet recorded: the agent was checkpointing) reaches the agent after that command's stream has ended, and its `attach` starts a new stream after the last seq; the supervisor answers a stream after a finished command's last event with EOF, which the agent takes for a broken stream and retries forever (backing off to 2 s), until the lease is torn down.", n)
+		if st := rt.Figure("bothy_stop_15_at_once"); st.Max > 30000 {
+			s += fmt.Sprintf(" A stop waits for every stream of its lease for up to a minute, so stopping the 15 computers took up to %s.", value(st.Max, "ms"))
+		}
+		items = append(items, s+" The supervisor could end such a stream with the command's end, or the agent could ask the supervisor's status before resuming.")
+	}
+	if st := rt.Figure("bothy_cold_start_stop"); len(st.Runs) > 0 && st.Min >= 50 && st.Median < 60 {
+		items = append(items, fmt.Sprintf("Every stop takes just over 50 ms (median %s): the control plane polls the store every 50 ms for the lease's release instead of being told; the teardown itself is faster.", value(st.Median, "ms")))
+	}
+	if st := rt.Figure("bothy_large_cold_start_stop"); len(st.Runs) >= 3 {
+		// Stops alternate: after the first start (which restored the
+		// tree), after a start on a warm cache, after one on a cold cache…
+		var fresh, cached []float64
+		for i, v := range st.Runs {
+			if i%2 == 0 {
+				fresh = append(fresh, v)
+			} else {
+				cached = append(cached, v)
+			}
+		}
+		a, c := newFigure("", "ms", fresh), newFigure("", "ms", cached)
+		if a.Median > 3*c.Median {
+			items = append(items, fmt.Sprintf("Stopping the computer with the large workspace takes %s when its start had restored the tree into the host cache, and %s when the tree was cached already: the stop pays for writing back the restored tree, because unmounting an overlay syncs the file system beneath it (by hand on this host: 186 ms to unmount an overlay with 400 MiB dirty on the ext4 beneath, 4 ms with none). That is %s once after each start that restored its base.",
+				value(a.Median, "ms"), value(c.Median, "ms"), value(a.Median-c.Median, "ms")))
+		}
+	}
+	if len(rt.Residue) > 0 {
+		items = append(items, fmt.Sprintf("Teardown left residue (%d items, listed under Computers).", len(rt.Residue)))
+	}
+	if len(items) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "## Problems this run showed\n\n")
+	for _, it := range items {
+		fmt.Fprintf(b, "- %s\n", it)
+	}
+	fmt.Fprintf(b, "\n")
+}
