@@ -36,6 +36,17 @@ func Unavailable(t testing.TB, format string, args ...any) {
 	t.Skip(msg)
 }
 
+// ProcessLister is a Provider whose sandboxes run processes that the host
+// cannot name by their command lines: gVisor runs them on its own kernel,
+// and on the host they are all stubs of its sentry. The suite then looks
+// for a command's processes in the sandbox as well as on the host.
+type ProcessLister interface {
+	// SandboxProcesses returns the command lines, arguments joined by
+	// spaces, of the live processes in h's sandbox; none once the sandbox
+	// is stopped.
+	SandboxProcesses(ctx context.Context, h *bothy.SandboxHandle) ([]string, error)
+}
+
 // TestProvider runs the conformance suite against providers made by
 // newProvider, which may be called several times in one test (to recover a
 // sandbox in a new provider, as a restarted agent does).
@@ -198,7 +209,7 @@ func testKill(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 		if d := time.Since(start); d > 5*time.Second {
 			t.Fatalf("timeout of 500ms took %v", d)
 		}
-		WantNoProcess(t, m)
+		wantNoProcess(t, p, h, m)
 	})
 	t.Run("CancelKillsTree", func(t *testing.T) {
 		m := Marker()
@@ -208,7 +219,7 @@ func testKill(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("error %v, want context.DeadlineExceeded", err)
 		}
-		WantNoProcess(t, m)
+		wantNoProcess(t, p, h, m)
 	})
 	t.Run("Cancel", func(t *testing.T) {
 		m := Marker()
@@ -218,7 +229,7 @@ func testKill(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("error %v, want context.DeadlineExceeded", err)
 		}
-		WantNoProcess(t, m)
+		wantNoProcess(t, p, h, m)
 	})
 }
 
@@ -244,8 +255,8 @@ func testBackground(t *testing.T, newProvider func(t *testing.T) bothy.Provider)
 		if res.ExitCode != 0 || out != "alive\n" {
 			t.Fatalf("the background process of the previous command: result %+v stdout %q stderr %q", res, out, errOut)
 		}
-		if pids := Processes(m); len(pids) != 2 {
-			t.Fatalf("background processes %v, want 2", pids)
+		if procs := processes(t, p, h, m); len(procs) != 2 {
+			t.Fatalf("background processes %v, want 2", procs)
 		}
 	})
 	t.Run("ServerAnswers", func(t *testing.T) {
@@ -267,7 +278,7 @@ perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:%
 		if res, err := p.Stop(context.Background(), h); err != nil || !res.Empty() {
 			t.Fatalf("Stop: residue %+v, error %v", res, err)
 		}
-		WantNoProcess(t, m)
+		wantNoProcess(t, p, h, m)
 	})
 }
 
@@ -280,7 +291,7 @@ func testStop(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 		_, err := p.Exec(context.Background(), h, bothy.ExecSpec{Script: fmt.Sprintf("(sleep %s &); sleep %s", m, m), Timeout: 30 * time.Second})
 		done <- err
 	}()
-	waitProcess(t, m)
+	waitProcess(t, p, h, m)
 
 	res, err := p.Stop(context.Background(), h)
 	if err != nil || res == nil || !res.Empty() {
@@ -291,7 +302,7 @@ func testStop(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a running command did not end after Stop")
 	}
-	WantNoProcess(t, m)
+	wantNoProcess(t, p, h, m)
 
 	t.Run("Idempotent", func(t *testing.T) {
 		res, err := p.Stop(context.Background(), h)
@@ -489,10 +500,48 @@ func WantNoProcess(t testing.TB, marker string) {
 	}
 }
 
-func waitProcess(t testing.TB, marker string) {
+// processes returns the host pids and, if p is a ProcessLister, the command
+// lines of the processes in h's sandbox, whose command line holds marker.
+func processes(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker string) []string {
+	t.Helper()
+	var out []string
+	for _, pid := range Processes(marker) {
+		out = append(out, "host pid "+strconv.Itoa(pid))
+	}
+	if l, ok := p.(ProcessLister); ok {
+		cmds, err := l.SandboxProcesses(context.Background(), h)
+		if err != nil {
+			t.Fatalf("SandboxProcesses: %v", err)
+		}
+		for _, c := range cmds {
+			if strings.Contains(c, marker) {
+				out = append(out, "sandbox "+strconv.Quote(c))
+			}
+		}
+	}
+	return out
+}
+
+// wantNoProcess is WantNoProcess, looking in h's sandbox too.
+func wantNoProcess(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(500 * time.Millisecond)
+	for {
+		procs := processes(t, p, h, marker)
+		if len(procs) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes %v of the command (marker %s) are still alive", procs, marker)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitProcess(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for len(Processes(marker)) == 0 {
+	for len(processes(t, p, h, marker)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the command's process (marker %s) never appeared", marker)
 		}

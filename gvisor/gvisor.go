@@ -1,0 +1,513 @@
+// Package gvisor implements bothy.Provider with gVisor's runsc: the strong
+// profile. Commands run on gVisor's own kernel (the sentry), not the host's;
+// the host kernel sees only the sentry, its file proxy (the gofer) and, on
+// the ptrace platform, one stub process per guest address space. It follows
+// what was measured on the project's machines (../shared/LAB.md,
+// "Isolation", and docs/gvisor.md):
+//
+//   - runsc runs with --platform=ptrace (kvm hangs on these machines) and
+//     --network=host inside a network namespace that the provider creates
+//     per lease and that holds only a loopback interface: the sandbox has
+//     no egress. runsc's own --network=sandbox refuses to start here (its
+//     test for the root namespace is wrong on kernel 6.x), so every runsc
+//     command runs under `nsenter --net=/run/netns/NAME`; the sandbox's
+//     control socket is an abstract one, which lives in that namespace;
+//   - one lease is one sandbox: Start writes an OCI bundle under the
+//     lease's state directory and runs `runsc run --detach` with a small
+//     perl init (holderInit) as the container's pid 1, which reaps orphans
+//     and lives until Stop. The root filesystem is a read-only skeleton
+//     holding /usr and /etc bound read-only from the host, the merged-usr
+//     symlinks, gVisor's own /proc and /dev, a /tmp in the sandbox's
+//     memory and the workspace read-write at /workspace;
+//   - runsc puts the sandbox in cgroups of its own (CgroupParent/ID under
+//     every v1 controller) with the lease's memory, pids and CPU limits:
+//     runsc's cgroup v1 support works on these machines. The limits bound
+//     the sandbox as a whole, sentry and gofer included; reaching them
+//     kills the sentry and so the whole sandbox. So the lease's pids
+//     limit is enforced inside the sandbox (RLIMIT_NPROC, which gVisor
+//     honours; runsc exec ignores a process.json's rlimits, so prlimit
+//     sets it), and the host's is MinPids above it. A memory limit that
+//     is reached kills the sentry: the command's result says OOMKilled
+//     and the lease's sandbox is gone;
+//   - each lease has its own host uid from a range, as with bwrap (see
+//     bothy.WorkspaceOwner): commands run as that uid and gid inside the
+//     sandbox with no capabilities and no_new_privs, and files they write
+//     to the workspace are owned by it on the host;
+//   - a command is `runsc exec` with a process.json given through a pipe,
+//     so its environment never appears in a command line. It carries a
+//     supplementary gid of its own (a tag) that its descendants keep
+//     through setsid and double forks and cannot drop without
+//     CAP_SETGID: at a timeout or cancel, a root helper in the sandbox
+//     signals every process that holds the tag. This stands in for the
+//     per-command cgroup of bwrap, since the sentry's processes are not in
+//     host cgroups of their own.
+//
+// So processes that a command leaves in the background, its /tmp and its
+// listening sockets on 127.0.0.1 are there for the next command of the
+// lease, until Stop.
+package gvisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/mountinfo"
+)
+
+// Name is the provider's name.
+const Name = "gvisor"
+
+// Defaults of Options.
+const (
+	DefaultStateDir     = "/run/bothy/gvisor"
+	DefaultCgroupRoot   = "/sys/fs/cgroup"
+	DefaultCgroupParent = "bothy-gvisor"
+	DefaultNetnsDir     = "/run/netns"
+	// The uid range follows bwrap's (200000-265535), so that both
+	// providers can run on one host.
+	DefaultUIDBase  = 300000
+	DefaultUIDCount = 65536
+	DefaultPids     = 4096
+	// MinPids is the room the host's pids limit leaves above the lease's:
+	// the host counts the sentry's and the gofer's threads and the ptrace
+	// stubs too. A host limit of 64 crashed a sandbox, and 1024 above a
+	// guest limit of 64 still did under a fork bomb; 8192 held.
+	MinPids = 8192
+)
+
+var (
+	_ bothy.Provider       = (*Provider)(nil)
+	_ bothy.WorkspaceOwner = (*Provider)(nil)
+)
+
+// reservationTTL is how long a uid named by WorkspaceUID stays reserved for
+// a lease that never starts.
+const reservationTTL = time.Hour
+
+// Options configure a Provider. Zero fields take the defaults.
+type Options struct {
+	// StateDir holds the root filesystem skeleton, a directory per lease
+	// (its OCI bundle and runsc's state) and the uid allocations.
+	StateDir string
+	// CgroupRoot is where the v1 controllers are mounted; CgroupParent is
+	// the directory under each that holds the leases' cgroups.
+	CgroupRoot, CgroupParent string
+	// NetnsDir is where `ip netns` keeps named network namespaces.
+	NetnsDir string
+	// Leases get uids UIDBase to UIDBase+UIDCount-1; the same number is
+	// their gid. No other user of the host may use these ids.
+	UIDBase, UIDCount int
+	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
+	// cancel; zero means process.DefaultKillGrace.
+	KillGrace time.Duration
+	// Runsc, Nsenter and IP are the programs' paths; empty means a PATH
+	// lookup.
+	Runsc, Nsenter, IP string
+}
+
+// Provider runs each lease in a gVisor sandbox. Like bwrap's, it keeps no
+// state in memory: any Provider with the same Options can take over a
+// lease from its handle.
+type Provider struct {
+	opt Options
+}
+
+// state is the provider's part of a handle.
+type state struct {
+	UID int    `json:"uid"`
+	Dir string `json:"dir"` // the lease's directory under StateDir
+	// ID names the runsc container and the network namespace. It is short
+	// and random, not the lease id: the sandbox's abstract control socket
+	// has a name of at most 108 bytes.
+	ID     string `json:"id"`
+	Cgroup string `json:"cgroup"` // cgroupsPath, under every controller
+}
+
+func (st *state) runscRoot() string { return filepath.Join(st.Dir, "runsc") }
+func (st *state) bundle() string    { return filepath.Join(st.Dir, "bundle") }
+
+// New checks the host's prerequisites and returns a Provider. It fails
+// with an error naming everything missing: root, runsc, nsenter, ip, perl
+// (the sandbox's init and helpers), prlimit, bash, the cgroup v1 memory, pids and cpu
+// controllers, or a writable state directory.
+func New(opt Options) (*Provider, error) {
+	if opt.StateDir == "" {
+		opt.StateDir = DefaultStateDir
+	}
+	if opt.CgroupRoot == "" {
+		opt.CgroupRoot = DefaultCgroupRoot
+	}
+	if opt.CgroupParent == "" {
+		opt.CgroupParent = DefaultCgroupParent
+	}
+	if opt.NetnsDir == "" {
+		opt.NetnsDir = DefaultNetnsDir
+	}
+	if opt.UIDBase == 0 {
+		opt.UIDBase = DefaultUIDBase
+	}
+	if opt.UIDCount == 0 {
+		opt.UIDCount = DefaultUIDCount
+	}
+	var missing []string
+	if os.Geteuid() != 0 {
+		missing = append(missing, "root (runsc needs it to create sandboxes and cgroups)")
+	}
+	lookup := func(prog *string, name string) {
+		if *prog == "" {
+			*prog = name
+		}
+		path, err := exec.LookPath(*prog)
+		if err != nil {
+			missing = append(missing, fmt.Sprintf("the %s program (install it with scripts/sandbox-deps)", name))
+			return
+		}
+		*prog = path
+	}
+	lookup(&opt.Runsc, "runsc")
+	lookup(&opt.Nsenter, "nsenter")
+	lookup(&opt.IP, "ip")
+	for _, prog := range []string{"/usr/bin/perl", "/usr/bin/prlimit", "/bin/bash"} {
+		if _, err := os.Stat(prog); err != nil {
+			missing = append(missing, prog)
+		}
+	}
+	if len(missing) == 0 {
+		missing = append(missing, opt.prepare()...)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("gvisor provider needs %s", strings.Join(missing, "; "))
+	}
+	return &Provider{opt: opt}, nil
+}
+
+// prepare creates the state directories and the root filesystem skeleton
+// and returns what it found missing.
+func (o *Options) prepare() []string {
+	var missing []string
+	for _, ctl := range controllers {
+		if _, err := os.Stat(filepath.Join(o.CgroupRoot, ctl, "cgroup.procs")); err != nil {
+			missing = append(missing, fmt.Sprintf("the cgroup v1 %s controller at %s", ctl, filepath.Join(o.CgroupRoot, ctl)))
+		}
+	}
+	for _, dir := range []string{filepath.Join(o.StateDir, "leases"), filepath.Join(o.StateDir, "uids"), o.NetnsDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			missing = append(missing, fmt.Sprintf("a state directory %s (%v)", dir, err))
+		}
+	}
+	if err := makeRootfs(filepath.Join(o.StateDir, "rootfs")); err != nil {
+		missing = append(missing, fmt.Sprintf("a root filesystem skeleton (%v)", err))
+	}
+	return missing
+}
+
+// Name returns "gvisor".
+func (p *Provider) Name() string { return Name }
+
+// WorkspaceUID reserves the lease's uid (the first free one of the range,
+// or the one already reserved for it) and returns it; Start uses it.
+func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error) {
+	if err := bothy.ValidateID("lease id", leaseID); err != nil {
+		return 0, err
+	}
+	return p.allocateUID(leaseID)
+}
+
+// Start takes the lease's uid, chowns the workspace to it unless its root
+// already is the uid's, creates the lease's network namespace, writes the
+// bundle and runs the sandbox.
+func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
+		return nil, bothy.Errorf(bothy.EINVALID, "workspace %s is not a directory", spec.Workspace)
+	}
+	st := &state{Dir: filepath.Join(p.opt.StateDir, "leases", spec.LeaseID), ID: "bothy-" + randomHex(8)}
+	st.Cgroup = "/" + p.opt.CgroupParent + "/" + st.ID
+	if err := os.Mkdir(st.Dir, 0o700); errors.Is(err, fs.ErrExist) {
+		return nil, bothy.Errorf(bothy.ECONFLICT, "lease %s is already started", spec.LeaseID)
+	} else if err != nil {
+		return nil, fmt.Errorf("create lease dir: %w", err)
+	}
+	h, err := p.start(ctx, spec, st)
+	if err != nil {
+		p.teardown(st)
+		return nil, err
+	}
+	return h, nil
+}
+
+func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (*bothy.SandboxHandle, error) {
+	uid, err := p.allocateUID(spec.LeaseID)
+	if err != nil {
+		return nil, err
+	}
+	st.UID = uid
+	if err := chownTree(spec.Workspace, uid); err != nil {
+		return nil, err
+	}
+	if err := p.addNetns(ctx, st.ID); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(st.bundle(), 0o700); err != nil {
+		return nil, fmt.Errorf("create bundle: %w", err)
+	}
+	b, err := json.MarshalIndent(p.containerSpec(spec, st), "", " ")
+	if err != nil {
+		return nil, fmt.Errorf("encode bundle: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(st.bundle(), "config.json"), b, 0o600); err != nil {
+		return nil, fmt.Errorf("write bundle: %w", err)
+	}
+	logf, err := os.OpenFile(filepath.Join(st.Dir, "runsc.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open runsc log: %w", err)
+	}
+	defer logf.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := p.runsc(ctx, st, "--platform=ptrace", "--network=host", "run", "--detach", "--bundle", st.bundle(), st.ID)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("start sandbox: %w (%s)", err, tail(filepath.Join(st.Dir, "runsc.log")))
+	}
+	h, err := bothy.NewSandboxHandle(Name, spec, st)
+	if err != nil {
+		return nil, fmt.Errorf("new handle: %w", err)
+	}
+	return h, nil
+}
+
+// runsc returns a runsc command for the lease's sandbox, run in the lease's
+// network namespace (where the sandbox's control socket is) with a clean
+// environment, in a session of its own.
+func (p *Provider) runsc(ctx context.Context, st *state, args ...string) *exec.Cmd {
+	argv := append([]string{"--net=" + filepath.Join(p.opt.NetnsDir, st.ID), "--", p.opt.Runsc, "--root=" + st.runscRoot()}, args...)
+	cmd := exec.CommandContext(ctx, p.opt.Nsenter, argv...)
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	return cmd
+}
+
+// addNetns creates the lease's network namespace with only its loopback
+// interface, up.
+func (p *Provider) addNetns(ctx context.Context, name string) error {
+	for _, args := range [][]string{{"netns", "add", name}, {"-n", name, "link", "set", "lo", "up"}} {
+		if out, err := exec.CommandContext(ctx, p.opt.IP, args...).CombinedOutput(); err != nil {
+			return fmt.Errorf("ip %s: %w (%s)", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// sandboxStatus returns runsc's status of the lease's container
+// ("running", "stopped", ...), or "" if runsc does not know it.
+func (p *Provider) sandboxStatus(ctx context.Context, st *state) string {
+	if !exists(filepath.Join(p.opt.NetnsDir, st.ID)) || !exists(st.runscRoot()) {
+		return ""
+	}
+	out, err := p.runsc(ctx, st, "state", st.ID).Output()
+	if err != nil {
+		return ""
+	}
+	var s struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(out, &s) != nil {
+		return ""
+	}
+	return s.Status
+}
+
+// Stop deletes the sandbox, kills whatever of it is left, removes its
+// cgroups, network namespace and directory, and frees its uid once nothing
+// of the lease is left.
+func (p *Provider) Stop(ctx context.Context, h *bothy.SandboxHandle) (*bothy.Residue, error) {
+	st, err := decodeState(h)
+	if err != nil {
+		return &bothy.Residue{Other: []string{err.Error()}}, err
+	}
+	res := p.teardown(st)
+	if !res.Empty() {
+		b, _ := json.Marshal(res)
+		return res, fmt.Errorf("stop lease %s: residue %s", h.LeaseID, b)
+	}
+	return res, nil
+}
+
+// teardown undoes whatever part of Start happened and reports what it
+// could not undo. Each step runs even if an earlier one failed.
+func (p *Provider) teardown(st *state) *bothy.Residue {
+	res := &bothy.Residue{}
+	// Every host process of the sandbox (sentry, gofer, stubs) is in its
+	// cgroups: SIGKILL ends it at once, where `runsc delete --force` takes
+	// over a second even of a dead sandbox. Its state goes with the lease
+	// directory.
+	for _, ctl := range controllers {
+		if err := killCgroup(p.cgroupDir(ctl, st), 5*time.Second); err != nil {
+			res.Other = append(res.Other, err.Error())
+		}
+	}
+	// Then the lease's runsc commands (a runsc exec of a running command)
+	// and anything of runsc's outside the cgroups: all name the lease's
+	// runsc root on their command lines.
+	marker := "--root=" + st.runscRoot()
+	deadline := time.Now().Add(5 * time.Second)
+	for pids := processesWith(marker); len(pids) > 0; pids = processesWith(marker) {
+		if time.Now().After(deadline) {
+			res.Processes = pids
+			break
+		}
+		for _, pid := range pids {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, dir := range p.cgroupDirs(st) {
+		if err := removeCgroup(dir, 2*time.Second); err != nil || exists(dir) {
+			res.Cgroups = append(res.Cgroups, dir)
+		}
+	}
+
+	ns := filepath.Join(p.opt.NetnsDir, st.ID)
+	if exists(ns) {
+		if err := unix.Unmount(ns, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+			res.Other = append(res.Other, fmt.Sprintf("unmount %s: %v", ns, err))
+		}
+		if !mounted(ns) {
+			os.Remove(ns)
+		}
+	}
+	if mounted(ns) {
+		res.Mounts = append(res.Mounts, ns)
+	} else if exists(ns) {
+		res.Paths = append(res.Paths, ns)
+	}
+
+	// The lease's directory holds only files of the provider and runsc;
+	// refuse to remove it if anything is mounted under it.
+	if under := mountsUnder(st.Dir); len(under) > 0 {
+		res.Mounts = append(res.Mounts, under...)
+	} else if err := os.RemoveAll(st.Dir); err != nil || exists(st.Dir) {
+		res.Paths = append(res.Paths, st.Dir)
+	}
+
+	if st.UID != 0 && res.Empty() {
+		os.Remove(p.uidFile(st.UID))
+	}
+	return res
+}
+
+// Recover checks that the lease's sandbox is still running, under the same
+// uid, and returns the handle.
+func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHandle, error) {
+	h, err := bothy.DecodeSandboxHandle(handle, Name)
+	if err != nil {
+		return nil, err
+	}
+	st, err := decodeState(h)
+	if err != nil {
+		return nil, err
+	}
+	if b, err := os.ReadFile(p.uidFile(st.UID)); err != nil || string(b) != h.LeaseID {
+		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (uid %d not held)", h.LeaseID, st.UID)
+	}
+	if s := p.sandboxStatus(ctx, st); s != "running" {
+		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (runsc status %q)", h.LeaseID, s)
+	}
+	return h, nil
+}
+
+func decodeState(h *bothy.SandboxHandle) (*state, error) {
+	var st state
+	if err := json.Unmarshal(h.State, &st); err != nil || st.Dir == "" || st.Cgroup == "" || st.UID <= 0 ||
+		!strings.HasPrefix(st.ID, "bothy-") || bothy.ValidateID("sandbox id", st.ID) != nil {
+		return nil, bothy.Errorf(bothy.EINVALID, "sandbox handle of lease %s has no valid gvisor state", h.LeaseID)
+	}
+	return &st, nil
+}
+
+// tail returns the end of a log file, for an error message.
+func tail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "no log"
+	}
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	if s := strings.TrimSpace(string(b)); s != "" {
+		return s
+	}
+	return "no output"
+}
+
+// processesWith returns the pids of live host processes whose command line
+// holds s. Zombies are left out.
+func processesWith(s string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !strings.Contains(string(b), s) {
+			continue
+		}
+		var pid int
+		fmt.Sscan(e.Name(), &pid)
+		if pid > 0 && pid != os.Getpid() {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// mountsUnder returns the mount points at or below dir.
+func mountsUnder(dir string) []string {
+	ms, err := mountinfo.Read()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, m := range ms {
+		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {
+			out = append(out, m.Point)
+		}
+	}
+	return out
+}
+
+// mounted reports whether path is a mount point in this mount namespace.
+func mounted(path string) bool {
+	ok, err := mountinfo.Mounted(path)
+	return err == nil && ok
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

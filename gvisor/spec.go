@@ -1,0 +1,264 @@
+package gvisor
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/bothyhq/bothy"
+)
+
+// holderInit is the container's pid 1: it reaps the orphans that commands
+// leave and otherwise sleeps. It runs as root inside the sandbox with no
+// capabilities, so that a command (the lease's uid) can neither signal nor
+// trace it; gVisor, like Linux, drops signals from inside the pid
+// namespace that its init has no handler for.
+const holderInit = `$0 = "bothy-init"; $SIG{CHLD} = sub {}; while (1) { 1 while waitpid(-1, 1) > 0; sleep 3600 }`
+
+// The cgroup v1 controllers whose presence New checks; runsc creates the
+// lease's cgroup under every v1 hierarchy it finds.
+var controllers = []string{"memory", "pids", "cpu"}
+
+// The OCI runtime spec, as much of it as the provider writes.
+type (
+	ociSpec struct {
+		Version  string     `json:"ociVersion"`
+		Process  ociProcess `json:"process"`
+		Root     ociRoot    `json:"root"`
+		Hostname string     `json:"hostname"`
+		Mounts   []ociMount `json:"mounts"`
+		Linux    ociLinux   `json:"linux"`
+	}
+	ociProcess struct {
+		User            ociUser  `json:"user"`
+		Args            []string `json:"args"`
+		Env             []string `json:"env"`
+		Cwd             string   `json:"cwd"`
+		Capabilities    ociCaps  `json:"capabilities"`
+		NoNewPrivileges bool     `json:"noNewPrivileges"`
+	}
+	ociUser struct {
+		UID            int   `json:"uid"`
+		GID            int   `json:"gid"`
+		AdditionalGids []int `json:"additionalGids,omitempty"`
+	}
+	// ociCaps lists capabilities; empty lists mean none, which runsc
+	// takes literally (a missing object would give root its defaults).
+	ociCaps struct {
+		Bounding    []string `json:"bounding"`
+		Effective   []string `json:"effective"`
+		Inheritable []string `json:"inheritable"`
+		Permitted   []string `json:"permitted"`
+		Ambient     []string `json:"ambient"`
+	}
+	ociRoot struct {
+		Path     string `json:"path"`
+		Readonly bool   `json:"readonly"`
+	}
+	ociMount struct {
+		Destination string   `json:"destination"`
+		Type        string   `json:"type"`
+		Source      string   `json:"source"`
+		Options     []string `json:"options,omitempty"`
+	}
+	ociLinux struct {
+		Namespaces  []ociNamespace `json:"namespaces"`
+		Resources   ociResources   `json:"resources"`
+		CgroupsPath string         `json:"cgroupsPath"`
+	}
+	ociNamespace struct {
+		Type string `json:"type"`
+	}
+	ociResources struct {
+		Memory *ociMemory `json:"memory,omitempty"`
+		CPU    *ociCPU    `json:"cpu,omitempty"`
+		Pids   ociPids    `json:"pids"`
+	}
+	ociMemory struct {
+		Limit int64 `json:"limit"`
+		Swap  int64 `json:"swap"`
+	}
+	ociCPU struct {
+		Quota  int64  `json:"quota"`
+		Period uint64 `json:"period"`
+	}
+	ociPids struct {
+		Limit int64 `json:"limit"`
+	}
+)
+
+func noCaps() ociCaps {
+	return ociCaps{Bounding: []string{}, Effective: []string{}, Inheritable: []string{}, Permitted: []string{}, Ambient: []string{}}
+}
+
+// containerSpec returns the lease's OCI spec: the holder as pid 1, the
+// read-only skeleton as root, and the lease's limits. There is no network
+// namespace in it: runsc runs in the lease's (--network=host).
+func (p *Provider) containerSpec(spec bothy.LeaseSpec, st *state) *ociSpec {
+	ro := []string{"rbind", "ro", "nosuid", "nodev"}
+	s := &ociSpec{
+		Version: "1.0.2",
+		Process: ociProcess{
+			User:            ociUser{UID: 0, GID: 0},
+			Args:            []string{"/usr/bin/perl", "-e", holderInit},
+			Env:             []string{"PATH=/usr/bin:/bin"},
+			Cwd:             "/",
+			Capabilities:    noCaps(),
+			NoNewPrivileges: true,
+		},
+		Root:     ociRoot{Path: filepath.Join(p.opt.StateDir, "rootfs"), Readonly: true},
+		Hostname: "bothy",
+		Mounts: []ociMount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/usr", Type: "bind", Source: "/usr", Options: ro},
+			{Destination: "/etc", Type: "bind", Source: "/etc", Options: ro},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+			{Destination: "/workspace", Type: "bind", Source: spec.Workspace, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		},
+		Linux: ociLinux{
+			Namespaces:  []ociNamespace{{"pid"}, {"ipc"}, {"uts"}, {"mount"}},
+			CgroupsPath: st.Cgroup,
+		},
+	}
+	l := spec.Limits
+	// The host's pids limit leaves room above the guest's for the
+	// sentry's and the gofer's threads.
+	s.Linux.Resources.Pids.Limit = guestPids(l) + MinPids
+	if l.MemoryBytes > 0 {
+		// Swap is capped too, or the limit only pushes memory to swap.
+		s.Linux.Resources.Memory = &ociMemory{Limit: l.MemoryBytes, Swap: l.MemoryBytes}
+	}
+	if l.CPUMillis > 0 {
+		s.Linux.Resources.CPU = &ociCPU{Quota: l.CPUMillis * 100, Period: 100000}
+	}
+	return s
+}
+
+// guestPids is the limit on the lease's processes and threads inside the
+// sandbox.
+func guestPids(l bothy.Limits) int64 {
+	if l.Pids == 0 {
+		return DefaultPids
+	}
+	return l.Pids
+}
+
+// makeRootfs creates the sandbox's root directory: mount points for what
+// the spec mounts and the symlinks of a merged-/usr Debian. It is shared by
+// every lease and read-only inside the sandboxes.
+func makeRootfs(dir string) error {
+	for _, d := range []string{"", "usr", "etc", "proc", "dev", "tmp", "workspace"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, name := range []string{"bin", "sbin", "lib", "lib64", "lib32", "libx32"} {
+		target := "usr/" + name
+		if _, err := os.Stat(filepath.Join("/", target)); err != nil {
+			continue
+		}
+		link := filepath.Join(dir, name)
+		if got, err := os.Readlink(link); err == nil && got == target {
+			continue
+		}
+		os.Remove(link)
+		if err := os.Symlink(target, link); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cgroupDir is the lease's cgroup under one v1 controller.
+func (p *Provider) cgroupDir(ctl string, st *state) string {
+	return filepath.Join(p.opt.CgroupRoot, ctl, st.Cgroup)
+}
+
+// cgroupDirs returns the lease's cgroup directories that exist, under
+// every hierarchy.
+func (p *Provider) cgroupDirs(st *state) []string {
+	dirs, _ := filepath.Glob(filepath.Join(p.opt.CgroupRoot, "*", st.Cgroup))
+	return dirs
+}
+
+// killCgroup empties a v1 cgroup by sending SIGKILL to its processes until
+// none is left, for at most d. A missing cgroup is empty.
+func killCgroup(dir string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		pids, err := readPids(filepath.Join(dir, "cgroup.procs"))
+		if errors.Is(err, fs.ErrNotExist) || err == nil && len(pids) == 0 {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s still holds processes %v", dir, pids)
+		}
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// removeCgroup removes a cgroup directory and its children, retrying for
+// at most d while exiting processes are reaped; a missing one is not an
+// error.
+func removeCgroup(dir string, d time.Duration) error {
+	entries, _ := os.ReadDir(dir)
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() {
+			errs = append(errs, removeCgroup(filepath.Join(dir, e.Name()), d))
+		}
+	}
+	deadline := time.Now().Add(d)
+	for {
+		err := syscall.Rmdir(dir)
+		if err == nil || err == syscall.ENOENT {
+			return errors.Join(errs...)
+		} else if err != syscall.EBUSY || time.Now().After(deadline) {
+			return errors.Join(append(errs, fmt.Errorf("remove cgroup %s: %w", dir, err))...)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// readPids returns the pids listed in a cgroup.procs file.
+func readPids(procs string) ([]int, error) {
+	b, err := os.ReadFile(procs)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for f := range strings.FieldsSeq(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// readCounter returns the value of key in a flat-keyed cgroup file such as
+// memory.oom_control or pids.events, or 0 if it cannot be read.
+func readCounter(path, key string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
