@@ -163,6 +163,9 @@ func (l *lease) pump(ctx context.Context, id string, after int64) {
 			l.a.log.Warn("command stream refused", "command", id, "err", err)
 			return
 		}
+		if l.endedBefore(ctx, id, after) {
+			return
+		}
 		l.a.log.Warn("command stream broke; resuming", "command", id, "after", after, "err", err)
 		sleep(ctx, backoff)
 		backoff = min(2*backoff, 2*time.Second)
@@ -303,4 +306,41 @@ func (l *lease) archive(ctx context.Context, id string) (string, error) {
 // OutputKey is the blob key of a command's output archive.
 func OutputKey(tenantID, sha256Hex string) string {
 	return "outputs/" + tenantID + "/" + sha256Hex
+}
+
+// endedBefore handles a stream that ended without its terminal event
+// because everything up to the terminal event was sent already (a poll
+// answer built before the end arrived asked to attach again): if the
+// supervisor says the command ended at or before seq after, the end is
+// reported again from its status (the control plane takes a repeated
+// end as a no-op) and the stream is not resumed.
+func (l *lease) endedBefore(ctx context.Context, id string, after int64) bool {
+	l.mu.Lock()
+	sup := l.sup
+	l.mu.Unlock()
+	st, err := sup.Status(ctx, id)
+	if err != nil || st.State == supervisor.StateRunning || st.State == supervisor.StateNeverSeen || st.LastSeq > after {
+		return false
+	}
+	rev, err := l.checkpoint(ctx)
+	if err != nil {
+		l.a.log.Error("checkpoint after command", "command", id, "err", err)
+	}
+	r := &runtime.Report{LastSeq: st.LastSeq, RevisionAfter: rev}
+	switch st.State {
+	case supervisor.StateFinished:
+		r.State = runtime.ReportFinished
+		if st.Exit != nil {
+			r.Exit = &runtime.Exit{ExecResult: st.Exit.ExecResult, Cancelled: st.Exit.Cancelled}
+		}
+	case supervisor.StateLost:
+		r.State = runtime.ReportLost
+	default:
+		r.State = runtime.ReportFailed
+		if st.Error != nil {
+			r.Error = st.Error.Message
+		}
+	}
+	l.report(ctx, id, r)
+	return true
 }

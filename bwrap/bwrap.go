@@ -367,6 +367,9 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 		// RemoveAll would delete the workspace through the mount.
 		os.Remove(mnt)
 		os.Remove(filepath.Join(st.Dir, "holder.log"))
+		for _, name := range identityFiles {
+			os.Remove(filepath.Join(st.Dir, name))
+		}
 		os.Remove(st.Dir)
 		if exists(st.Dir) {
 			res.Paths = append(res.Paths, st.Dir)

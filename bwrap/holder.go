@@ -60,6 +60,10 @@ func (p *Provider) startHolder(ctx context.Context, st *state) error {
 	defer infoR.Close()
 
 	uid := strconv.Itoa(st.UID)
+	passwd, group, err := writeIdentity(st)
+	if err != nil {
+		return err
+	}
 	args := []string{"-c", holderTrampoline, "sh"}
 	args = append(args, st.Cgroups.procsFiles(leaf)...)
 	args = append(args, "--",
@@ -74,6 +78,8 @@ func (p *Provider) startHolder(ctx context.Context, st *state) error {
 		"--symlink", "usr/lib", "/lib",
 		"--symlink", "usr/lib64", "/lib64",
 		"--ro-bind", "/etc", "/etc",
+		"--ro-bind", passwd, "/etc/passwd",
+		"--ro-bind", group, "/etc/group",
 		"--proc", "/proc",
 		"--dev", "/dev",
 		"--tmpfs", "/tmp",
@@ -195,4 +201,36 @@ func openHolder(h *bothy.SandboxHandle, st *state) ([]*os.File, error) {
 		return nil, gone
 	}
 	return files, nil
+}
+
+// identityFiles are the lease's copies of /etc/passwd and /etc/group in
+// its directory.
+var identityFiles = []string{"passwd", "group"}
+
+// writeIdentity writes the host's /etc/passwd and /etc/group plus an entry
+// "bothy" for the lease's uid into the lease's directory, for the sandbox
+// to see: without a name for their uid, tools like ls -l, stat, id and git
+// look it up in the whole file on every call, and some refuse to run.
+func writeIdentity(st *state) (passwd, group string, err error) {
+	uid := strconv.Itoa(st.UID)
+	add := map[string]string{
+		"passwd": "bothy:x:" + uid + ":" + uid + ":bothy:/workspace:/bin/bash\n",
+		"group":  "bothy:x:" + uid + ":\n",
+	}
+	var paths []string
+	for _, name := range identityFiles {
+		b, err := os.ReadFile(filepath.Join("/etc", name))
+		if err != nil {
+			return "", "", err
+		}
+		if len(b) > 0 && b[len(b)-1] != '\n' {
+			b = append(b, '\n')
+		}
+		p := filepath.Join(st.Dir, name)
+		if err := os.WriteFile(p, append(b, add[name]...), 0o644); err != nil {
+			return "", "", err
+		}
+		paths = append(paths, p)
+	}
+	return paths[0], paths[1], nil
 }

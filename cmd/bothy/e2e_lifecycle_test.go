@@ -55,8 +55,8 @@ func TestE2E_Lifecycle(t *testing.T) {
 		// A background process outlives its command: the next command in
 		// the lease finds it running.
 		a.run(c.ID, bothy.RunRequest{Script: "sleep 300 & echo $! > bg.pid", Wait: true})
-		bg := a.run(c.ID, bothy.RunRequest{Script: "kill -0 $(cat bg.pid) && echo alive", Wait: true})
-		if got := output(a.events(bg.ID, 0, nil)); got != "alive\n" {
+		bg := a.run(c.ID, bothy.RunRequest{Script: "kill -0 $(cat bg.pid) && echo alive && id -un", Wait: true})
+		if got := output(a.events(bg.ID, 0, nil)); got != "alive\nbothy\n" {
 			t.Fatalf("background process: %q (%s)", got, bg.State)
 		}
 
