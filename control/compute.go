@@ -245,13 +245,21 @@ func (c *Controller) stop(ctx context.Context, tenantID, computerID string) erro
 	ctx, cancel := context.WithTimeout(ctx, stopWait)
 	defer cancel()
 	for {
+		// A release calls changed, which closes the wake channel taken
+		// before the check; the timer covers another replica's release.
+		c.mu.Lock()
+		wake := c.wake
+		c.mu.Unlock()
 		if _, err := c.store.ActiveLease(ctx, tenantID, computerID); bothy.ErrorCode(err) == bothy.ENOTFOUND {
 			return nil
 		} else if err != nil {
 			return err
 		}
-		t := time.NewTimer(50 * time.Millisecond)
+		t := time.NewTimer(fallbackWakeup)
 		select {
+		case <-wake:
+			t.Stop()
+			continue
 		case <-ctx.Done():
 			t.Stop()
 			return bothy.Errorf(bothy.ECONFLICT, "computer %q did not stop within %s; it is stopping", computerID, stopWait)

@@ -44,6 +44,10 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
+	profiles, err := rc.profiles()
+	if err != nil {
+		return err
+	}
 	e, err := openEnv(ctx, cfg)
 	if err != nil {
 		return err
@@ -70,11 +74,6 @@ func runServe(ctx context.Context, args []string) error {
 		fmt.Printf("export BOTHY_TOKEN=\"$(cat '%s')\"\n", strings.ReplaceAll(tokenPath, "'", `'\''`))
 	}
 
-	profiles, err := rc.profiles()
-	if err != nil {
-		ln.Close()
-		return err
-	}
 	agentToken, err := readOrCreateSecret(filepath.Join(cfg.data, "agent.token"))
 	if err != nil {
 		ln.Close()

@@ -214,3 +214,27 @@ func TestAdminTokenCreate_ErrInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestServe_ProcessProviderRefused: a profile served by the process
+// provider, which isolates nothing, is refused unless the configuration
+// enables it; an unknown provider is refused too.
+func TestServe_ProcessProviderRefused(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--profiles", "standard=process"}, "--allow-process"},
+		{[]string{"--profiles", "standard=docker"}, "unknown provider"},
+		{[]string{"--profiles", "standard"}, "NAME=PROVIDER"},
+	} {
+		cmd := bothyCmd(t, append([]string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0"}, tc.args...)...)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), tc.want) {
+			t.Errorf("serve %q: %v, output %q; want a failure naming %q", tc.args, err, out, tc.want)
+		}
+	}
+	// Enabled, it serves the profile: the server starts.
+	data := t.TempDir()
+	s := startServeWith(t, data, nil, "--profiles", "standard=bwrap,dev=process", "--allow-process")
+	s.stop(t)
+}
