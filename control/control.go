@@ -226,6 +226,9 @@ func (c *Controller) fault(point string) {
 func (c *Controller) Run(ctx context.Context) error {
 	defer c.stopOnce.Do(func() { close(c.stopping) })
 	if err := c.Reconcile(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped during the pass
+		}
 		return err
 	}
 	t := time.NewTicker(reconcileInterval)
