@@ -274,8 +274,29 @@ func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSe
 		if st.Error != nil {
 			r.Error = st.Error.Message
 		}
+		if st.Error != nil && st.Error.Code == bothy.ENOTFOUND {
+			// The provider says the sandbox is gone (its init died: the
+			// memory limit, a crash): the lease cannot run anything more.
+			l.report(ctx, id, r)
+			l.lost(ctx, "the sandbox is gone: "+st.Error.Message)
+			return
+		}
 	}
 	l.report(ctx, id, r)
+}
+
+// lost tears down a lease whose sandbox died, reporting it lost, so that
+// its commands settle and the next command starts a new lease.
+func (l *lease) lost(ctx context.Context, reason string) {
+	l.mu.Lock()
+	if l.state != leaseReady {
+		l.mu.Unlock()
+		return
+	}
+	l.state = leaseStopping
+	l.mu.Unlock()
+	l.a.log.Warn("lease lost", "lease", l.rec.LeaseID, "reason", reason)
+	go l.teardown(ctx, bothy.LeaseLost, reason, false)
 }
 
 // archive stores the command's output archive (the supervisor's, see

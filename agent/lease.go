@@ -104,6 +104,24 @@ func (l *lease) update(ctx context.Context, w *runtime.LeaseWork) {
 		l.ckptBusy = true
 	}
 	l.mu.Unlock()
+	if state == leaseStopping || state == leaseGone {
+		// A command sent to run while the lease tears down never
+		// reached its supervisor: say so while the lease's credential
+		// still counts, so it goes back to admitted and runs on the
+		// next lease instead of being lost with this one.
+		for _, cw := range w.Commands {
+			if cw.Action != runtime.ActRun {
+				continue
+			}
+			l.mu.Lock()
+			busy := l.inflight[cw.CommandID]
+			l.inflight[cw.CommandID] = true
+			l.mu.Unlock()
+			if !busy {
+				go l.report(ctx, cw.CommandID, &runtime.Report{State: runtime.ReportNeverSeen})
+			}
+		}
+	}
 	switch state {
 	case leaseNew:
 		go l.start(ctx, false)

@@ -123,6 +123,9 @@ type leaseState struct {
 	ckptRevision             int64
 	ckptErr                  string
 	applies                  []*applyReq
+	// draining: the runtime refused a command sent to run (it is tearing
+	// the lease down); nothing more is dispatched to the lease.
+	draining bool
 }
 
 // New returns a controller over store.

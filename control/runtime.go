@@ -168,11 +168,11 @@ func (c *Controller) leaseWork(ctx context.Context, l *leaseState) (*runtime.Lea
 // commandWork decides what the lease's runtime must do about cmd.
 func (c *Controller) commandWork(ctx context.Context, l *leaseState, cmd *bothy.Command, stopping bool) ([]*runtime.CommandWork, error) {
 	c.mu.Lock()
-	cancel, spec, sent := c.cancels[cmd.ID], c.specs[cmd.ID], c.sentAt[cmd.ID]
+	cancel, spec, sent, draining := c.cancels[cmd.ID], c.specs[cmd.ID], c.sentAt[cmd.ID], l.draining
 	c.mu.Unlock()
 	switch cmd.State {
 	case bothy.CommandAdmitted:
-		if stopping {
+		if stopping || draining {
 			return nil, nil // the next lease runs it
 		}
 		if spec == nil {
@@ -464,6 +464,13 @@ func (c *Controller) Report(ctx context.Context, cred, commandID string, r *runt
 		return toRunning()
 	case runtime.ReportNeverSeen:
 		if cmd.State == bothy.CommandDispatched {
+			// Sent to run and refused unseen: the runtime is tearing the
+			// lease down. It gets nothing more to run.
+			c.mu.Lock()
+			if l := c.leases[cl.LeaseID]; l != nil {
+				l.draining = true
+			}
+			c.mu.Unlock()
 			if _, err := c.store.TransitionCommand(ctx, cl.TenantID, commandID, []string{bothy.CommandDispatched}, bothy.CommandMayHaveStarted, bothy.CommandUpdate{}); err != nil {
 				return err
 			}

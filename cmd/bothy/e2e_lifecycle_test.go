@@ -3,10 +3,12 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -327,6 +329,49 @@ func TestE2E_MaxLifetime(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	checkNoResidue(t, data)
+	destroyAll(t, a, data)
+	s.stop(t)
+}
+
+// TestE2E_SandboxDies: when a lease's sandbox dies under it (its init is
+// killed from the host, as the kernel's OOM killer might), the command that
+// finds it gone fails, the lease is released as lost, and the next command
+// starts a new lease and runs.
+func TestE2E_SandboxDies(t *testing.T) {
+	needSandbox(t)
+	data := t.TempDir()
+	s := startServeWith(t, data, nil)
+	a := newAPI(t, s, serverToken(t, s, data))
+	c := a.create("dies")
+	first := a.run(c.ID, bothy.RunRequest{Script: "echo kept > kept.txt", Wait: true})
+	if first.State != bothy.CommandCompleted {
+		t.Fatalf("first command: %s", first.State)
+	}
+	b, err := os.ReadFile(filepath.Join(data, "agent", "leases", first.LeaseID, "lease.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		Handle struct {
+			State struct {
+				Holder int `json:"holder"`
+			} `json:"state"`
+		} `json:"handle"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Handle.State.Holder <= 0 {
+		t.Fatalf("lease record %s: %v", b, err)
+	}
+	if err := syscall.Kill(rec.Handle.State.Holder, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	failed := a.run(c.ID, bothy.RunRequest{Argv: []string{"true"}, Wait: true})
+	if failed.State != bothy.CommandFailed {
+		t.Fatalf("a command in a dead sandbox is %s, want failed", failed.State)
+	}
+	again := a.run(c.ID, bothy.RunRequest{Argv: []string{"cat", "kept.txt"}, Wait: true})
+	if got := output(a.events(again.ID, 0, nil)); again.State != bothy.CommandCompleted || got != "kept\n" || again.Generation <= first.Generation {
+		t.Fatalf("after the sandbox died: %s %q at generation %d (first %d)", again.State, got, again.Generation, first.Generation)
+	}
 	destroyAll(t, a, data)
 	s.stop(t)
 }
