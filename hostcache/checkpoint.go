@@ -118,7 +118,17 @@ func (s *scan) run(ctx context.Context, upper string) (checkpoint.Hash, error) {
 	}
 	s.rootEntries = t.Entries
 	lower := t.Entries
-	if opaque, err := isOpaque(upper); err != nil {
+	// Everything below is reached through directory descriptors opened
+	// with O_NOFOLLOW, never by path: processes of the lease keep running
+	// while it is scanned, and a directory they swap for a symlink must
+	// not lead this root-run scan (and the tenant's revision) to host
+	// files.
+	root, err := openDirAt(unix.AT_FDCWD, upper)
+	if err != nil {
+		return checkpoint.Hash{}, err
+	}
+	defer root.Close()
+	if opaque, err := isOpaque(root, upper); err != nil {
 		return checkpoint.Hash{}, err
 	} else if opaque {
 		if err := s.accountAll(ctx, lower, -1); err != nil {
@@ -126,7 +136,7 @@ func (s *scan) run(ctx context.Context, upper string) (checkpoint.Hash, error) {
 		}
 		lower = nil
 	}
-	entries, err := s.dir(ctx, upper, lower, "", true)
+	entries, err := s.dir(ctx, root, upper, lower, "", true)
 	if err != nil {
 		return checkpoint.Hash{}, err
 	}
@@ -136,29 +146,28 @@ func (s *scan) run(ctx context.Context, upper string) (checkpoint.Hash, error) {
 // dir merges the upper directory upper with lower, the entries of its
 // lower directory, found at lowerPath ("" = the root; hasLower false when
 // it has none), and returns the merged entries.
-func (s *scan) dir(ctx context.Context, upper string, lower []checkpoint.Entry, lowerPath string, hasLower bool) ([]checkpoint.Entry, error) {
+func (s *scan) dir(ctx context.Context, d *os.File, upper string, lower []checkpoint.Entry, lowerPath string, hasLower bool) ([]checkpoint.Entry, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(upper)
+	names, err := d.Readdirnames(-1)
 	if err != nil {
 		return nil, err
 	}
-	names, err := f.Readdirnames(-1)
-	f.Close()
-	if err != nil {
-		return nil, err
-	}
+	dfd := int(d.Fd())
 	sort.Strings(names)
 	out := slices.Clone(lower)
 	for _, name := range names {
 		p := upper + "/" + name
 		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
+		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				continue // removed while we scan
 			}
 			return nil, &fs.PathError{Op: "lstat", Path: p, Err: err}
+		}
+		if beforeOpen != nil {
+			beforeOpen(d, name)
 		}
 		old := find(lower, name)
 		perm := fs.FileMode(st.Mode & 0o777)
@@ -167,7 +176,9 @@ func (s *scan) dir(ctx context.Context, upper string, lower []checkpoint.Entry, 
 		case unix.S_IFREG:
 			s.st.Files++
 			e = checkpoint.Entry{Name: name, Type: checkpoint.TypeFile, Mode: perm, ModTime: st.Mtim.Nano()}
-			if e.Chunks, e.Size, err = s.writeFile(ctx, p); err != nil {
+			if e.Chunks, e.Size, err = s.writeFile(ctx, dfd, p, name); errors.Is(err, errChanged) {
+				continue // replaced while we scan
+			} else if err != nil {
 				return nil, err
 			}
 			if err := s.account(ctx, old, -1); err != nil {
@@ -176,9 +187,11 @@ func (s *scan) dir(ctx context.Context, upper string, lower []checkpoint.Entry, 
 			s.size += e.Size
 			s.files++
 		case unix.S_IFLNK:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return nil, err
+			target, err := readlinkat(dfd, name)
+			if errors.Is(err, errChanged) {
+				continue
+			} else if err != nil {
+				return nil, &fs.PathError{Op: "readlink", Path: p, Err: err}
 			}
 			if err := s.account(ctx, old, -1); err != nil {
 				return nil, err
@@ -193,7 +206,15 @@ func (s *scan) dir(ctx context.Context, upper string, lower []checkpoint.Entry, 
 				Size: int64(len(target)), Target: target}
 		case unix.S_IFDIR:
 			s.st.Dirs++
-			if e, err = s.subdir(ctx, p, name, perm, old, lowerPath, hasLower); err != nil {
+			sub, err := openDirAt(dfd, name)
+			if errors.Is(err, errChanged) {
+				continue
+			} else if err != nil {
+				return nil, err
+			}
+			e, err = s.subdir(ctx, sub, p, name, perm, old, lowerPath, hasLower)
+			sub.Close()
+			if err != nil {
 				return nil, err
 			}
 		default:
@@ -217,12 +238,12 @@ func (s *scan) dir(ctx context.Context, upper string, lower []checkpoint.Entry, 
 
 // subdir merges the upper directory p, called name, whose same-name base
 // entry is old (nil if none), and returns its entry.
-func (s *scan) subdir(ctx context.Context, p, name string, perm fs.FileMode, old *checkpoint.Entry, lowerPath string, hasLower bool) (checkpoint.Entry, error) {
-	opaque, err := isOpaque(p)
+func (s *scan) subdir(ctx context.Context, d *os.File, p, name string, perm fs.FileMode, old *checkpoint.Entry, lowerPath string, hasLower bool) (checkpoint.Entry, error) {
+	opaque, err := isOpaque(d, p)
 	if err != nil {
 		return checkpoint.Entry{}, err
 	}
-	redirect, err := getxattr(p, xattrRedirect)
+	redirect, err := getxattr(d, p, xattrRedirect)
 	if err != nil {
 		return checkpoint.Entry{}, err
 	}
@@ -270,7 +291,7 @@ func (s *scan) subdir(ctx context.Context, p, name string, perm fs.FileMode, old
 			return checkpoint.Entry{}, err
 		}
 	}
-	entries, err := s.dir(ctx, p, childLower, childPath, childHas && lowerEntry != nil)
+	entries, err := s.dir(ctx, d, p, childLower, childPath, childHas && lowerEntry != nil)
 	if err != nil {
 		return checkpoint.Entry{}, err
 	}
@@ -307,13 +328,25 @@ func (s *scan) resolve(ctx context.Context, p string) (*checkpoint.Entry, error)
 	return e, nil
 }
 
-// writeFile stores the content of the upper file p.
-func (s *scan) writeFile(ctx context.Context, p string) ([]checkpoint.Chunk, int64, error) {
-	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+// writeFile stores the content of the upper file name in the directory
+// dfd (p is its path, for messages). A name that is no longer a regular
+// file is errChanged.
+func (s *scan) writeFile(ctx context.Context, dfd int, p, name string) ([]checkpoint.Chunk, int64, error) {
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, 0, err
+		if changed(err) {
+			return nil, 0, errChanged
+		}
+		return nil, 0, &fs.PathError{Op: "open", Path: p, Err: err}
 	}
+	f := os.NewFile(uintptr(fd), p)
 	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, 0, &fs.PathError{Op: "fstat", Path: p, Err: err}
+	} else if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, 0, errChanged // a FIFO or device swapped in: never read it
+	}
 	chunks, size, err := s.w.WriteFile(ctx, f)
 	if err != nil {
 		return nil, 0, fmt.Errorf("%s: %w", p, err)
@@ -381,17 +414,17 @@ func remove(entries []checkpoint.Entry, name string) []checkpoint.Entry {
 }
 
 // isOpaque reports whether the upper directory p hides its lower contents.
-func isOpaque(p string) (bool, error) {
-	v, err := getxattr(p, xattrOpaque)
+func isOpaque(d *os.File, p string) (bool, error) {
+	v, err := getxattr(d, p, xattrOpaque)
 	return v == "y", err
 }
 
-// getxattr returns the value of xattr name on p without following a
-// symlink, "" when it is not set.
-func getxattr(p, name string) (string, error) {
+// getxattr returns the value of xattr name on the open directory d (p is
+// its path, for messages), "" when it is not set.
+func getxattr(d *os.File, p, name string) (string, error) {
 	buf := make([]byte, 256)
 	for {
-		n, err := unix.Lgetxattr(p, name, buf)
+		n, err := unix.Fgetxattr(int(d.Fd()), name, buf)
 		switch {
 		case err == nil:
 			return string(buf[:n]), nil
@@ -406,4 +439,44 @@ func getxattr(p, name string) (string, error) {
 			return "", &fs.PathError{Op: "getxattr " + name, Path: p, Err: unix.ERANGE}
 		}
 	}
+}
+
+// beforeOpen, when set (by tests), runs between the stat of an upper
+// entry and its open, where a lease's process could swap it.
+var beforeOpen func(dir *os.File, name string)
+
+// errChanged: an entry changed type or went away while it was scanned;
+// the scan keeps what it had for the name (as for one removed meanwhile).
+var errChanged = errors.New("changed while scanned")
+
+// changed reports an error of opening a name that was replaced or
+// removed since it was stat'ed: a symlink where O_NOFOLLOW was asked
+// (ELOOP), a non-directory where O_DIRECTORY was (ENOTDIR), or nothing.
+func changed(err error) bool {
+	return errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ENOENT)
+}
+
+// openDirAt opens the directory name in dfd without following a symlink.
+func openDirAt(dfd int, name string) (*os.File, error) {
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if changed(err) {
+			return nil, errChanged
+		}
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// readlinkat reads the symlink name in dfd.
+func readlinkat(dfd int, name string) (string, error) {
+	buf := make([]byte, checkpoint.MaxTargetLen+2)
+	n, err := unix.Readlinkat(dfd, name, buf)
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return "", errChanged // no longer a symlink, or gone
+		}
+		return "", err
+	}
+	return string(buf[:n]), nil
 }
