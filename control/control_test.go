@@ -175,7 +175,7 @@ func TestStaleGeneration(t *testing.T) {
 		if got, _ := s.FindCommand(f.ctx, "t1", cmd2.ID); got.State != bothy.CommandCompleted || got.ExitCode == nil || *got.ExitCode != 0 {
 			t.Errorf("the current generation's result: %+v", got)
 		}
-		// A credential of another computer or a forged one is refused.
+		// A forged credential is refused.
 		if _, err := f.c.AppendEvents(f.ctx, cred2+"x", cmd2.ID, nil); code(err) != bothy.EUNAUTHORIZED {
 			t.Errorf("forged credential: %v", err)
 		}
@@ -227,6 +227,37 @@ func TestMayHaveStarted(t *testing.T) {
 		}
 		if err := c2.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportNeverSeen}); code(err) != bothy.ECONFLICT {
 			t.Fatalf("never_seen of a running command: %v", err)
+		}
+	})
+}
+
+// TestPoll_AgentToken: only the agent token polls, and a lease credential
+// of one computer cannot report on another computer's command.
+func TestPoll_AgentToken(t *testing.T) {
+	stores(t, func(t *testing.T, s bothy.Store) {
+		f := newFixture(t, s)
+		for _, tok := range []string{"", "wrong", agentToken + "x"} {
+			if _, err := f.c.Poll(f.ctx, tok, &runtime.PollRequest{AgentID: "a"}); code(err) != bothy.EUNAUTHORIZED {
+				t.Errorf("poll with token %q: %v", tok, err)
+			}
+		}
+		other := &bothy.Computer{ID: "cmp2", TenantID: "t1", Owner: "o", Profile: "standard", State: bothy.StateCold}
+		if err := s.CreateComputer(f.ctx, other); err != nil {
+			t.Fatal(err)
+		}
+		otherCmd, _, err := f.c.RunCommand(f.ctx, "t1", "cmp2", bothy.RunRequest{Argv: []string{"true"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.c.RunCommand(f.ctx, "t1", "cmp1", bothy.RunRequest{Argv: []string{"true"}}); err != nil {
+			t.Fatal(err)
+		}
+		w := f.poll()
+		if err := f.c.Report(f.ctx, w.Credential, otherCmd.ID, &runtime.Report{State: runtime.ReportRunning}); code(err) != bothy.ENOTFOUND {
+			t.Errorf("cmp1's credential reporting on cmp2's command: %v", err)
+		}
+		if _, err := f.c.AppendEvents(f.ctx, w.Credential, otherCmd.ID, []bothy.Event{{Seq: 1, Kind: bothy.EventStdout, Data: []byte("x")}}); code(err) != bothy.ENOTFOUND {
+			t.Errorf("cmp1's credential appending to cmp2's command: %v", err)
 		}
 	})
 }
