@@ -115,6 +115,13 @@ func runAgent(ctx context.Context, args []string) error {
 func readOrCreateSecret(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		// A secret file others can read is tightened, as the admin
+		// token's is.
+		if fi, serr := os.Stat(path); serr == nil && fi.Mode().Perm()&0o077 != 0 {
+			if err := os.Chmod(path, 0o600); err != nil {
+				return "", fmt.Errorf("protect %s: %w", path, err)
+			}
+		}
 		return strings.TrimSpace(string(b)), nil
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return "", err
