@@ -10,8 +10,9 @@ import (
 	"github.com/bothyhq/bothy/providertest"
 )
 
-// BenchmarkExecTrue measures `true` through Exec: trampoline, cgroups,
-// setpriv and bwrap. Compare with BenchmarkPlainBwrapTrue.
+// BenchmarkExecTrue measures `true` through Exec into a running sandbox:
+// the enter program (cgroups, namespaces, uid, seccomp filter), the bash
+// wrapper and the command. Compare with BenchmarkPlainBwrapTrue.
 func BenchmarkExecTrue(b *testing.B) {
 	p, err := newProviderB()
 	if err != nil {

@@ -22,15 +22,18 @@
 //     read-only /usr and /etc, its own /proc, /dev and /tmp, and the
 //     workspace read-write at /workspace. Its pid 1 is a small perl init
 //     (holderInit) that reaps orphans and lives until Stop; the handle
-//     records its host pid and start time;
-//   - a command starts as the same root trampoline, into its own cgroup,
-//     then setpriv (no groups, no_new_privs) and nsenter, which enters the
-//     sandbox's namespaces and root and becomes the lease's uid there.
-//     After exec it has no capabilities; its bounding set is full but
-//     bound to the sandbox's user namespace, and no_new_privs keeps file
-//     capabilities and set-uid programs from filling the others. A bash
-//     wrapper reads the environment from a pipe and changes to the
-//     working directory before it execs the command.
+//     records its host pid and start time. bwrap puts it under the
+//     seccomp filter (seccomp.go);
+//   - a command starts as a root perl program (enterProgram), which enters
+//     its own cgroup, drops its groups, sets no_new_privs, enters the
+//     sandbox's namespaces and root, becomes the lease's uid there and
+//     installs the same seccomp filter before it forks the command: a
+//     command is no child of the sandbox's pid 1, so it would not inherit
+//     its filter. After exec it has no capabilities; its bounding set is
+//     full but bound to the sandbox's user namespace, and no_new_privs
+//     keeps file capabilities and set-uid programs from filling the
+//     others. A bash wrapper reads the environment from a pipe and changes
+//     to the working directory before it execs the command.
 //
 // So processes that a command leaves in the background, its /tmp and its
 // listening sockets on 127.0.0.1 are there for the next command of the
@@ -99,9 +102,9 @@ type Options struct {
 	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
 	// cancel; zero means process.DefaultKillGrace.
 	KillGrace time.Duration
-	// Bwrap, Setpriv and Nsenter are the programs' paths; empty means a
-	// PATH lookup.
-	Bwrap, Setpriv, Nsenter string
+	// Bwrap and Setpriv are the programs' paths; empty means a PATH
+	// lookup.
+	Bwrap, Setpriv string
 }
 
 // Provider runs each lease in bubblewrap under its own uid and cgroups. It
@@ -109,6 +112,8 @@ type Options struct {
 // the host, so any Provider with the same Options can take over a lease.
 type Provider struct {
 	opt Options
+	// filter is the seccomp filter of every sandboxed process (seccomp.go).
+	filter []byte
 }
 
 // state is the provider's part of a handle.
@@ -123,9 +128,9 @@ type state struct {
 }
 
 // New checks the host's prerequisites and returns a Provider. It fails
-// with an error naming everything missing: root, bwrap, setpriv, nsenter,
-// bash, perl (the sandbox's init), the cgroup
-// v1 memory, pids and cpu controllers, cgroup.kill in the v2 hierarchy, or
+// with an error naming everything missing: root, bwrap, setpriv, bash,
+// perl (the sandbox's init and what enters it), an architecture the
+// seccomp filter knows, the cgroup v1 memory, pids and cpu controllers, cgroup.kill in the v2 hierarchy, or
 // a state directory bwrap can traverse.
 func New(opt Options) (*Provider, error) {
 	if opt.StateDir == "" {
@@ -160,11 +165,14 @@ func New(opt Options) (*Provider, error) {
 	}
 	lookup(&opt.Bwrap, "bwrap")
 	lookup(&opt.Setpriv, "setpriv")
-	lookup(&opt.Nsenter, "nsenter")
 	for _, prog := range []string{"/bin/sh", "/bin/bash", "/usr/bin/perl"} {
 		if _, err := os.Stat(prog); err != nil {
 			missing = append(missing, prog)
 		}
+	}
+	filter, err := seccompFilter()
+	if err != nil {
+		missing = append(missing, err.Error())
 	}
 	if len(missing) == 0 {
 		missing = append(missing, opt.prepare()...)
@@ -172,7 +180,7 @@ func New(opt Options) (*Provider, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("bwrap provider needs %s", strings.Join(missing, "; "))
 	}
-	return &Provider{opt: opt}, nil
+	return &Provider{opt: opt, filter: filter}, nil
 }
 
 // prepare creates the parent cgroups and state directories and returns

@@ -33,8 +33,8 @@ func (c *cgroupPaths) all() []string {
 	return append(out, c.Unified)
 }
 
-// procsFiles are the cgroup.procs files a command's trampoline writes its
-// pid to: the lease's v1 leaves and the command's own unified leaf.
+// procsFiles are the cgroup.procs files a command's enter program (or the
+// holder's trampoline) writes its pid to: the lease's v1 leaves and the command's own unified leaf.
 func (c *cgroupPaths) procsFiles(execLeaf string) []string {
 	var out []string
 	for _, ctl := range controllers {
@@ -91,8 +91,8 @@ func populated(dir string) bool {
 
 // signalLeaf sends sig to every process of a unified command leaf. SIGKILL
 // goes through cgroup.kill, which reaches processes forked meanwhile too.
-// Other signals spare the command's main process (the nsenter that waits
-// for the command, given as spare): it forwards no signal, so SIGTERM to it
+// Other signals spare the command's main process (the enter program that
+// waits for the command, given as spare): it forwards no signal, so SIGTERM to it
 // would end Exec at once and take the command's grace period away.
 func signalLeaf(leaf string, sig syscall.Signal, spare int) {
 	if sig == syscall.SIGKILL {

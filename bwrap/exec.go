@@ -19,17 +19,64 @@ import (
 	"github.com/bothyhq/bothy/process"
 )
 
-// trampoline runs as root: it writes its own pid to each cgroup.procs file
-// given before "--", so that it and everything it becomes is in the
-// lease's cgroups before any code of the lease runs, then execs the rest.
-// Exit status 125 means a cgroup could not be entered (a Stop raced).
-const trampoline = `for f; do [ "$f" = -- ] && break; echo $$ > "$f" || { echo "bothy: cannot enter cgroup $f" >&2; exit 125; }; shift; done; shift; exec "$@"`
+// enterProgram is the perl program that starts every command. It runs as
+// root on the host, single-threaded (which setns into a user namespace
+// needs), and does in one process what would take sh, setpriv and nsenter:
+//
+//   - it writes its own pid to each cgroup.procs file given before "--",
+//     so that it and everything it starts is in the lease's cgroups before
+//     any code of the lease runs;
+//   - it drops its supplementary groups and sets no_new_privs;
+//   - it enters the holder's namespaces (fds nsFD...), the user namespace
+//     last, as nsenter does: bwrap's other namespaces belong to another
+//     user namespace than the one /proc/PID/ns/user names, and in that one
+//     the process would lose its capabilities over them. Then it enters the
+//     holder's root and becomes the lease's uid and gid there;
+//   - it installs the seccomp filter, which denies setns among others, so
+//     it comes after the namespaces and before any code of the lease;
+//   - it forks, because only its children are in the sandbox's pid
+//     namespace: the child execs the rest of its arguments, the parent
+//     waits and exits as the child did, as nsenter does.
+//
+// Its arguments: the uid, the numbers of the calls it makes
+// (syscallNumbers.String) and the filter in hex. Perl's syscall passes a
+// scalar as an integer only if it is a number, hence the "+ 0"s. Exit
+// status 125 means the command could not enter its cgroups or sandbox (a
+// Stop raced).
+const enterProgram = `my ($uid, $nr, $prog) = (shift() + 0, shift, pack("H*", shift));
+my ($setgroups, $prctl, $setns, $fchdir, $setresgid, $setresuid, $seccomp) = map { $_ + 0 } split(/,/, $nr);
+sub fail { print STDERR "bothy: $_[0]: $!\n"; exit 125 }
+while (@ARGV) { my $f = shift; last if $f eq "--"; my $c; open($c, ">", $f) && print($c "$$\n") && close($c) or fail("cannot enter cgroup $f") }
+syscall($setgroups, 0, 0) == 0 or fail("setgroups");
+syscall($prctl, 38, 1, 0, 0, 0) == 0 or fail("no_new_privs");
+for my $fd (5 .. 10, 4) { syscall($setns, $fd, 0) == 0 or fail("setns") }
+syscall($fchdir, 11) == 0 && chroot(".") && chdir("/") or fail("enter the sandbox's root");
+syscall($setresgid, $uid, $uid, $uid) == 0 && syscall($setresuid, $uid, $uid, $uid) == 0 or fail("setuid");
+syscall($seccomp, 1, 0, pack("S x![P] P", length($prog) / 8, $prog)) == 0 or fail("seccomp");
+defined(my $pid = fork) or fail("fork");
+if (!$pid) { exec { $ARGV[0] } @ARGV; print STDERR "bothy: exec $ARGV[0]: $!\n"; exit 127 }
+waitpid($pid, 0) == $pid or fail("wait");
+my $sig = $? & 127;
+kill($sig, $$) if $sig;
+exit($sig ? 128 + $sig : $? >> 8);`
+
+// syscallNumbers are the numbers of the calls that enterProgram makes, on
+// this architecture.
+type syscallNumbers struct {
+	setgroups, prctl, setns, fchdir, setresgid, setresuid, seccomp uint32
+}
+
+// String returns the numbers in enterProgram's order, separated by commas.
+func (n syscallNumbers) String() string {
+	return fmt.Sprintf("%d,%d,%d,%d,%d,%d,%d", n.setgroups, n.prctl, n.setns, n.fchdir, n.setresgid, n.setresuid, n.seccomp)
+}
 
 // envFD is the descriptor that carries the command's environment as
 // NUL-terminated NAME=value pairs, so that environment values never appear
 // in a command line (which every user of the host can read) nor in the
-// environment of the root trampoline. nsFD is the first of the holder's
-// namespace descriptors (in the order of namespaces), then its root.
+// environment of the root enter program. nsFD is the first of the
+// holder's namespace descriptors (in the order of namespaces), then its
+// root; enterProgram and wrapper know them as 4 to 10 and 11.
 const (
 	envFD = 3
 	nsFD  = 4
@@ -41,10 +88,10 @@ const (
 // directory could not be entered.
 const wrapper = `while IFS= read -r -d '' kv; do export "$kv"; done <&3; unset OLDPWD; exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&- 9<&- 10<&- 11<&-; cd -- "$1" || exit 126; shift; exec "$@"`
 
-// Exec enters the lease's sandbox with nsenter, in a cgroup of its own, as
-// the lease's uid. If the command ends on its own, what it left running
-// stays, in its cgroup, until Stop; at a timeout or cancel its whole
-// cgroup is killed.
+// Exec enters the lease's sandbox with enterProgram, in a cgroup of its
+// own, as the lease's uid, under the seccomp filter. If the command ends
+// on its own, what it left running stays, in its cgroup, until Stop; at a
+// timeout or cancel its whole cgroup is killed.
 func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.ExecSpec) (*bothy.ExecResult, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -97,7 +144,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		envW.Close()
 	}()
 
-	cmd := exec.Command("/bin/sh", p.argv(st, leaf, cwd, spec)...)
+	cmd := exec.Command("/usr/bin/perl", p.argv(st, leaf, cwd, spec)...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = append([]*os.File{envR}, holder...) // envFD, nsFD...
@@ -124,22 +171,12 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	return res, err
 }
 
-// argv returns the arguments of /bin/sh: the trampoline, then setpriv,
-// then nsenter, then the wrapper and the command.
+// argv returns the arguments of perl: enterProgram and its arguments,
+// then the wrapper and the command.
 func (p *Provider) argv(st *state, leaf, cwd string, spec bothy.ExecSpec) []string {
-	uid := strconv.Itoa(st.UID)
-	args := []string{"-c", trampoline, "sh"}
+	args := []string{"-e", enterProgram, strconv.Itoa(st.UID), enterSyscalls.String(), hex.EncodeToString(p.filter)}
 	args = append(args, st.Cgroups.procsFiles(leaf)...)
-	args = append(args, "--",
-		p.opt.Setpriv, "--clear-groups", "--no-new-privs", "--",
-		p.opt.Nsenter)
-	for i, ns := range namespaces {
-		args = append(args, fmt.Sprintf("%s=/proc/self/fd/%d", ns.option, nsFD+i))
-	}
-	root := fmt.Sprintf("/proc/self/fd/%d", nsFD+len(namespaces))
-	args = append(args, "--root="+root, "--wd="+root,
-		"--setuid", uid, "--setgid", uid, "--",
-		"/bin/bash", "-c", wrapper, "bothy-exec", filepath.Join("/workspace", cwd))
+	args = append(args, "--", "/bin/bash", "-c", wrapper, "bothy-exec", filepath.Join("/workspace", cwd))
 	if spec.Script != "" {
 		return append(args, "/bin/bash", "-c", spec.Script)
 	}

@@ -26,9 +26,10 @@ const holderInit = `$0 = "bothy-init"; $SIG{CHLD} = sub {};
 open(my $ready, ">&=", 4) or die "bothy-init: fd 4: $!"; print $ready "ready\n"; close $ready;
 while (1) { 1 while waitpid(-1, 1) > 0; sleep 3600 }`
 
-// holderTrampoline runs as root like trampoline, then starts the rest in
-// the background and exits, so that the sandbox is nobody's child: it
-// outlives the process that called Start.
+// holderTrampoline runs as root: it writes its pid to each cgroup.procs
+// file given before "--", then starts the rest in the background and
+// exits, so that the sandbox is nobody's child: it outlives the process
+// that called Start. Exit status 125 means a cgroup could not be entered.
 const holderTrampoline = `for f; do [ "$f" = -- ] && break; echo $$ > "$f" || { echo "bothy: cannot enter cgroup $f" >&2; exit 125; }; shift; done; shift; "$@" </dev/null & exit 0`
 
 // holderLeaf is the name of the holder's cgroup in the unified hierarchy.
@@ -47,6 +48,18 @@ func (p *Provider) startHolder(ctx context.Context, st *state) error {
 		return fmt.Errorf("open holder log: %w", err)
 	}
 	defer logf.Close()
+	// The filter fits in a pipe's buffer: it is all there before bwrap
+	// reads it.
+	seccompR, seccompW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("pipe: %w", err)
+	}
+	defer seccompR.Close()
+	_, err = seccompW.Write(p.filter)
+	seccompW.Close()
+	if err != nil {
+		return fmt.Errorf("write seccomp filter: %w", err)
+	}
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("pipe: %w", err)
@@ -72,6 +85,7 @@ func (p *Provider) startHolder(ctx context.Context, st *state) error {
 		p.opt.Bwrap,
 		"--unshare-all", "--new-session", "--as-pid-1",
 		"--info-fd", "5",
+		"--seccomp", "6",
 		"--ro-bind", "/usr", "/usr",
 		"--symlink", "usr/bin", "/bin",
 		"--symlink", "usr/sbin", "/sbin",
@@ -92,7 +106,7 @@ func (p *Provider) startHolder(ctx context.Context, st *state) error {
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
 	cmd.Stderr = logf
-	cmd.ExtraFiles = []*os.File{nil, readyW, infoW} // fds 3, 4, 5
+	cmd.ExtraFiles = []*os.File{nil, readyW, infoW, seccompR} // fds 3, 4, 5, 6
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Run()
 	readyW.Close()
@@ -159,12 +173,10 @@ func startTime(pid int) uint64 {
 	return n
 }
 
-// namespaces are the holder's namespaces that a command enters, with
-// nsenter's option for each.
-var namespaces = []struct{ file, option string }{
-	{"user", "--user"}, {"mnt", "--mount"}, {"net", "--net"}, {"pid", "--pid"},
-	{"ipc", "--ipc"}, {"uts", "--uts"}, {"cgroup", "--cgroup"},
-}
+// namespaces are the holder's namespaces that a command enters, by their
+// names in /proc/PID/ns. enterProgram knows their order: the user
+// namespace first.
+var namespaces = []string{"user", "mnt", "net", "pid", "ipc", "uts", "cgroup"}
 
 // openHolder opens the holder's namespaces and root directory, in the
 // order of namespaces then the root, and checks afterwards that the pid
@@ -183,7 +195,7 @@ func openHolder(h *bothy.SandboxHandle, st *state) ([]*os.File, error) {
 		}
 	}
 	for _, ns := range namespaces {
-		f, err := os.Open(filepath.Join(dir, "ns", ns.file))
+		f, err := os.Open(filepath.Join(dir, "ns", ns))
 		if err != nil {
 			closeAll()
 			return nil, gone
