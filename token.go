@@ -53,14 +53,50 @@ type Token struct {
 	RevokedAt time.Time `json:"revoked_at,omitzero"` // zero: not revoked
 }
 
-// ValidateScopes reports whether scopes is a non-empty list of known scopes.
+// ScopeProfilePrefix starts a profile scope, "profile:NAME": the profiles
+// a token may create computers with and run commands on. A token with no
+// profile scope may use DefaultProfile only; admin may use every profile.
+const ScopeProfilePrefix = "profile:"
+
+// DefaultProfile is the profile of a computer created without one, and the
+// one profile a token without profile scopes may use.
+const DefaultProfile = "standard"
+
+// CanUseProfile reports whether the principal's authority includes the
+// profile.
+func (p *Principal) CanUseProfile(profile string) bool {
+	if p == nil {
+		return false
+	} else if slices.Contains(p.Scopes, ScopeAdmin) {
+		return true
+	}
+	named := false
+	for _, s := range p.Scopes {
+		if name, ok := strings.CutPrefix(s, ScopeProfilePrefix); ok {
+			if name == profile {
+				return true
+			}
+			named = true
+		}
+	}
+	return !named && profile == DefaultProfile
+}
+
+// ValidateScopes reports whether scopes is a non-empty list of known
+// scopes and profile scopes.
 func ValidateScopes(scopes []string) error {
 	if len(scopes) == 0 {
 		return Errorf(EINVALID, "a token needs at least one scope")
 	}
 	for _, s := range scopes {
+		if name, ok := strings.CutPrefix(s, ScopeProfilePrefix); ok {
+			if err := ValidateID("profile", name); err != nil {
+				return err
+			}
+			continue
+		}
 		if !slices.Contains(AllScopes, s) {
-			return Errorf(EINVALID, "unknown scope %q; known scopes: %s", s, strings.Join(AllScopes, ", "))
+			return Errorf(EINVALID, "unknown scope %q; known scopes: %s, and profile:NAME", s, strings.Join(AllScopes, ", "))
 		}
 	}
 	return nil

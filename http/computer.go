@@ -36,6 +36,8 @@ func (s *Server) handleCreateComputer(w nethttp.ResponseWriter, r *nethttp.Reque
 	}
 	if !slices.Contains(s.opts.Profiles, req.Profile) {
 		return bothy.Errorf(bothy.EINVALID, "unknown profile %q", req.Profile)
+	} else if !p.CanUseProfile(req.Profile) {
+		return bothy.Errorf(bothy.EFORBIDDEN, "this token may not use profile %q (it needs the scope %s%s)", req.Profile, bothy.ScopeProfilePrefix, req.Profile)
 	}
 	c := &bothy.Computer{
 		ID: newID("cmp_"), TenantID: p.TenantID, Owner: p.Owner, Profile: req.Profile,

@@ -19,7 +19,7 @@ var defaultScopes = []string{bothy.ScopeComputersRead, bothy.ScopeComputersWrite
 const adminUsage = `usage:
   bothy admin token create --tenant T --owner O [--scopes a,b] [--expires D] [--json]
   bothy admin token revoke --tenant T TOKEN_ID
-scopes: ` + "computers:read, computers:write, files:read, files:write, admin"
+scopes: ` + "computers:read, computers:write, files:read, files:write, admin, profile:NAME (a token without profile scopes may use the standard profile only)"
 
 // runAdmin runs operator verbs against the store directly, not through the
 // server: they work before any token exists.
