@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,6 +25,9 @@ type runConfig struct {
 	noAgent      bool
 	idle         time.Duration
 	lifetime     time.Duration
+	memory       string
+	cpus         float64
+	pids         int64
 }
 
 func (rc *runConfig) register(fs *flag.FlagSet) {
@@ -32,6 +36,43 @@ func (rc *runConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&rc.noAgent, "no-agent", false, "run no in-process agent (agents connect with \"bothy agent\")")
 	fs.DurationVar(&rc.idle, "idle-timeout", 5*time.Minute, "stop a computer that ran nothing for this long")
 	fs.DurationVar(&rc.lifetime, "max-lifetime", 12*time.Hour, "stop a lease this long after it started")
+	fs.StringVar(&rc.memory, "lease-memory", "2GiB", "each lease's memory limit (KiB, MiB, GiB suffixes); exceeding it OOM-kills in that lease only")
+	fs.Float64Var(&rc.cpus, "lease-cpus", 1, "each lease's CPU limit, in CPUs (0.5 is half a CPU)")
+	fs.Int64Var(&rc.pids, "lease-pids", 4096, "each lease's limit on processes and threads at once")
+}
+
+// limits parses the lease limit flags.
+func (rc *runConfig) limits() (bothy.Limits, error) {
+	mem, err := parseBytes(rc.memory)
+	if err != nil {
+		return bothy.Limits{}, bothy.Errorf(bothy.EINVALID, "--lease-memory: %v", err)
+	} else if mem < 32<<20 {
+		return bothy.Limits{}, bothy.Errorf(bothy.EINVALID, "--lease-memory must be at least 32MiB")
+	} else if rc.cpus <= 0 || rc.cpus > 1024 {
+		return bothy.Limits{}, bothy.Errorf(bothy.EINVALID, "--lease-cpus must be above 0")
+	} else if rc.pids < 64 {
+		return bothy.Limits{}, bothy.Errorf(bothy.EINVALID, "--lease-pids must be at least 64")
+	}
+	return bothy.Limits{MemoryBytes: mem, CPUMillis: int64(rc.cpus * 1000), Pids: rc.pids}, nil
+}
+
+// parseBytes parses a size such as 512MiB, 2GiB or 1048576.
+func parseBytes(s string) (int64, error) {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}} {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size like 512MiB or 2GiB", s)
+	}
+	return n * mult, nil
 }
 
 // profiles parses --profiles. The process provider is refused unless

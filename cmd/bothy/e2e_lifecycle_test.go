@@ -375,3 +375,45 @@ func TestE2E_SandboxDies(t *testing.T) {
 	destroyAll(t, a, data)
 	s.stop(t)
 }
+
+// TestE2E_Exhaustion: a memory hog and a fork bomb are contained by their
+// lease's limits and reported in the command's exit event, and another
+// computer keeps answering.
+func TestE2E_Exhaustion(t *testing.T) {
+	needSandbox(t)
+	data := t.TempDir()
+	s := startServeWith(t, data, nil, "--lease-memory", "64MiB", "--lease-pids", "256")
+	a := newAPI(t, s, serverToken(t, s, data))
+	hog, bomb, other := a.create("hog"), a.create("bomb"), a.create("other")
+
+	exitFields := func(id string) map[string]any {
+		t.Helper()
+		events := a.events(id, 0, nil)
+		last := events[len(events)-1]
+		if last.Kind != bothy.EventExit {
+			t.Fatalf("last event of %s is %s", id, last.Kind)
+		}
+		var f map[string]any
+		if err := json.Unmarshal([]byte(last.Fields), &f); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	h := a.run(hog.ID, bothy.RunRequest{Argv: []string{"perl", "-e", `$x = "a" x (512*1024*1024); print "survived\n"`}, Wait: true})
+	if h.State != bothy.CommandCompleted || h.ExitCode == nil || *h.ExitCode == 0 {
+		t.Fatalf("memory hog: %s, exit %v", h.State, h.ExitCode)
+	}
+	if f := exitFields(h.ID); f["oom_killed"] != true {
+		t.Errorf("memory hog's exit event: %v, want oom_killed", f)
+	}
+	b := a.run(bomb.ID, bothy.RunRequest{Script: "f() { f | f & }; f; sleep 2", TimeoutMS: 4000, Wait: true})
+	if f := exitFields(b.ID); f["pids_limited"] != true {
+		t.Errorf("fork bomb (%s): exit event %v, want pids_limited", b.State, f)
+	}
+	o := a.run(other.ID, bothy.RunRequest{Argv: []string{"echo", "ok"}, Wait: true})
+	if got := output(a.events(o.ID, 0, nil)); o.State != bothy.CommandCompleted || got != "ok\n" {
+		t.Fatalf("the other computer: %s %q", o.State, got)
+	}
+	destroyAll(t, a, data)
+	s.stop(t)
+}

@@ -48,6 +48,10 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	limits, err := rc.limits()
+	if err != nil {
+		return err
+	}
 	e, err := openEnv(ctx, cfg)
 	if err != nil {
 		return err
@@ -82,7 +86,7 @@ func runServe(ctx context.Context, args []string) error {
 	sc := bserver.Config{
 		Data: cfg.data, Store: e.store, Blobs: e.blobs, Profiles: profiles, AgentToken: agentToken, Logger: log,
 		ReceiptKey: key, Version: buildVersion(),
-		Control: control.Config{IdleTimeout: rc.idle, MaxLifetime: rc.lifetime, Fault: os.Getenv("BOTHY_FAULT")},
+		Control: control.Config{IdleTimeout: rc.idle, MaxLifetime: rc.lifetime, Limits: limits, Fault: os.Getenv("BOTHY_FAULT")},
 	}
 	if !rc.noAgent {
 		if sc.SupervisorCommand, err = bserver.Exe(); err != nil {

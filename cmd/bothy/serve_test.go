@@ -226,6 +226,9 @@ func TestServe_ProcessProviderRefused(t *testing.T) {
 		{[]string{"--profiles", "standard=process"}, "--allow-process"},
 		{[]string{"--profiles", "standard=docker"}, "unknown provider"},
 		{[]string{"--profiles", "standard"}, "NAME=PROVIDER"},
+		{[]string{"--lease-memory", "lots"}, "--lease-memory"},
+		{[]string{"--lease-memory", "1MiB"}, "at least 32MiB"},
+		{[]string{"--lease-cpus", "0"}, "--lease-cpus"},
 	} {
 		cmd := bothyCmd(t, append([]string{"serve", "--data", t.TempDir(), "--listen", "127.0.0.1:0"}, tc.args...)...)
 		out, err := cmd.CombinedOutput()
