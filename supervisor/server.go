@@ -66,6 +66,10 @@ type Config struct {
 // (sun_path is 108 bytes, NUL included), with a margin.
 const maxSocketPath = 100
 
+// lockWait is how long a starting supervisor waits for the directory's
+// lock before it concludes that another supervisor holds it.
+const lockWait = 3 * time.Second
+
 // SocketPath returns the default socket path of a supervisor directory:
 // DIR/supervisor.sock, or, when that is too long for a unix socket, a path
 // derived from DIR's absolute path in a directory of the caller's uid under
@@ -161,8 +165,17 @@ func Serve(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("open lock: %w", err)
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return bothy.Errorf(bothy.ECONFLICT, "another supervisor holds %s", cfg.Dir)
+	// A supervisor that was just killed may hold the lock a moment longer
+	// (its exit, or a child between fork and exec still sharing the
+	// descriptor), so a restart waits briefly; a live one keeps it.
+	for deadline := time.Now().Add(lockWait); ; {
+		err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			return bothy.Errorf(bothy.ECONFLICT, "another supervisor holds %s", cfg.Dir)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	// The pid lets WaitGone see the process itself end, which happens a
 	// little after the lock is released.

@@ -76,7 +76,8 @@ func (l *lease) spawn(t *testing.T) (int, *supervisor.Client) {
 	defer cancel()
 	pid, socket, err := supervisor.Spawn(ctx, os.Args[0], nil, l.sup)
 	if err != nil {
-		t.Fatal(err)
+		log, _ := os.ReadFile(filepath.Join(l.sup, supervisor.LogFile))
+		t.Fatalf("%v; its log:\n%s", err, log)
 	}
 	t.Cleanup(func() { stopSupervisor(pid, socket) })
 	return pid, dial(t, socket)
