@@ -150,17 +150,6 @@ func (a *Agent) forget(id string) {
 	a.mu.Unlock()
 }
 
-// Leases returns the ids of the leases the agent holds.
-func (a *Agent) Leases() []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var ids []string
-	for id := range a.leases {
-		ids = append(ids, id)
-	}
-	return ids
-}
-
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -94,16 +94,17 @@ type Controller struct {
 	policyDigest string // of cfg.Profiles, stated in every receipt
 	now          func() time.Time
 
-	mu      sync.Mutex
-	version int64
-	wake    chan struct{} // closed and replaced when the desired state changes
-	watch   map[string]*watch
-	agents  map[string]time.Time // agent id → last poll
-	leases  map[string]*leaseState
-	specs   map[string]*runtime.Spec // command id → spec, until dispatched
-	sentAt  map[string]time.Time     // command id → when this process dispatched it
-	cancels map[string]bool          // command id → cancel requested
-	stops   map[string]bool          // computer id → stop requested
+	mu       sync.Mutex
+	version  int64
+	wake     chan struct{} // closed and replaced when the desired state changes
+	watch    map[string]*watch
+	agents   map[string]time.Time // agent id → last poll
+	leases   map[string]*leaseState
+	specs    map[string]*runtime.Spec // command id → spec, until dispatched
+	sentAt   map[string]time.Time     // command id → when this process dispatched it
+	cancels  map[string]bool          // command id → cancel requested
+	stops    map[string]bool          // computer id → stop requested
+	hashKeys map[string][]byte        // tenant id → checkpoint key (immutable)
 
 	applySeq int64
 
@@ -123,6 +124,7 @@ type leaseState struct {
 	ckptRevision             int64
 	ckptErr                  string
 	applies                  []*applyReq
+	rev                      *bothy.Revision // the newest revision sent to the runtime
 	// draining: the runtime refused a command sent to run (it is tearing
 	// the lease down); nothing more is dispatched to the lease.
 	draining bool
@@ -158,7 +160,7 @@ func New(store bothy.Store, cfg Config) *Controller {
 		wake:    make(chan struct{}), watch: map[string]*watch{},
 		agents: map[string]time.Time{}, leases: map[string]*leaseState{},
 		specs: map[string]*runtime.Spec{}, sentAt: map[string]time.Time{},
-		cancels: map[string]bool{}, stops: map[string]bool{}, stopping: make(chan struct{}),
+		cancels: map[string]bool{}, stops: map[string]bool{}, hashKeys: map[string][]byte{}, stopping: make(chan struct{}),
 	}
 }
 

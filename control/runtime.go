@@ -67,6 +67,25 @@ func (c *Controller) Poll(ctx context.Context, agentToken string, req *runtime.P
 	return resp, nil
 }
 
+// hashKey returns the tenant's checkpoint key, which never changes, reading
+// it once per tenant.
+func (c *Controller) hashKey(ctx context.Context, tenantID string) ([]byte, error) {
+	c.mu.Lock()
+	key, ok := c.hashKeys[tenantID]
+	c.mu.Unlock()
+	if ok {
+		return key, nil
+	}
+	t, err := c.store.FindTenant(ctx, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.hashKeys[tenantID] = t.HashKey
+	c.mu.Unlock()
+	return t.HashKey, nil
+}
+
 // adopt registers a lease an agent reports holding if it is the unreleased
 // lease of its generation; anything else the agent tears down, because the
 // answer will not list it.
@@ -119,7 +138,7 @@ func (c *Controller) leaseWork(ctx context.Context, l *leaseState) (*runtime.Lea
 	if err != nil {
 		return nil, err
 	}
-	tenant, err := c.store.FindTenant(ctx, l.tenantID)
+	hashKey, err := c.hashKey(ctx, l.tenantID)
 	if err != nil {
 		return nil, err
 	}
@@ -132,13 +151,22 @@ func (c *Controller) leaseWork(ctx context.Context, l *leaseState) (*runtime.Lea
 		LeaseID: l.id, TenantID: l.tenantID, ComputerID: l.computerID, Generation: l.generation, Provider: l.provider,
 		Credential: c.signer.Sign(runtime.Claims{TenantID: l.tenantID, ComputerID: l.computerID, LeaseID: l.id,
 			Generation: l.generation, Expires: expires}),
-		CredentialExpires: expires, HashKey: tenant.HashKey, Revision: comp.Revision, Limits: c.cfg.Limits,
+		CredentialExpires: expires, HashKey: hashKey, Revision: comp.Revision, Limits: c.cfg.Limits,
 		Stop: stop || comp.State == bothy.StateStopping || comp.State == bothy.StateDestroyed, Checkpoint: ckpt,
 	}
 	if comp.Revision > 0 {
-		rev, err := c.store.FindRevision(ctx, l.tenantID, l.computerID, comp.Revision)
-		if err != nil {
-			return nil, err
+		// Revisions never change: the lease keeps the last one it was
+		// sent, and only a new revision is read (polls are frequent).
+		c.mu.Lock()
+		rev := l.rev
+		c.mu.Unlock()
+		if rev == nil || rev.Number != comp.Revision {
+			if rev, err = c.store.FindRevision(ctx, l.tenantID, l.computerID, comp.Revision); err != nil {
+				return nil, err
+			}
+			c.mu.Lock()
+			l.rev = rev
+			c.mu.Unlock()
 		}
 		w.RootDigest, w.Packs, w.Size, w.FileCount = rev.RootDigest, rev.Packs, rev.Size, rev.FileCount
 	}

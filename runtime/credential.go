@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"time"
@@ -90,10 +89,4 @@ func (s *Signer) Verify(cred string, now time.Time) (*Claims, error) {
 		return nil, bothy.Errorf(bothy.EUNAUTHORIZED, "lease credential expired")
 	}
 	return &c, nil
-}
-
-// Digest is what a lease records of its credential: never the credential.
-func Digest(cred string) string {
-	sum := sha256.Sum256([]byte(cred))
-	return hex.EncodeToString(sum[:])
 }

@@ -42,7 +42,4 @@ func TestSigner(t *testing.T) {
 	if _, err := s.Verify(body+"."+sig, now); err == nil {
 		t.Fatal("claims with another signature verified")
 	}
-	if runtime.Digest(cred) == cred || len(runtime.Digest(cred)) != 64 {
-		t.Error("digest")
-	}
 }

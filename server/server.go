@@ -102,9 +102,6 @@ func New(cfg Config) (*Server, error) {
 // Handler serves the API and the runtime protocol.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Controller is the control plane.
-func (s *Server) Controller() *control.Controller { return s.ctl }
-
 // Run runs the control plane's reconciler and, with providers, the
 // in-process agent, which dials url (where Handler is served), until ctx
 // is done. Leases keep running after Run returns: their supervisors
