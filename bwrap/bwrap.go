@@ -45,6 +45,7 @@
 package bwrap
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,7 +61,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/cgroupfs"
 	"github.com/bothyhq/bothy/mountinfo"
+	"github.com/bothyhq/bothy/uidpool"
 )
 
 // Name is the provider's name.
@@ -114,6 +117,7 @@ type Provider struct {
 	opt Options
 	// filter is the seccomp filter of every sandboxed process (seccomp.go).
 	filter []byte
+	uids   *uidpool.Pool
 }
 
 // state is the provider's part of a handle.
@@ -133,21 +137,11 @@ type state struct {
 // seccomp filter knows, the cgroup v1 memory, pids and cpu controllers, cgroup.kill in the v2 hierarchy, or
 // a state directory bwrap can traverse.
 func New(opt Options) (*Provider, error) {
-	if opt.StateDir == "" {
-		opt.StateDir = DefaultStateDir
-	}
-	if opt.CgroupRoot == "" {
-		opt.CgroupRoot = DefaultCgroupRoot
-	}
-	if opt.CgroupParent == "" {
-		opt.CgroupParent = DefaultCgroupParent
-	}
-	if opt.UIDBase == 0 {
-		opt.UIDBase = DefaultUIDBase
-	}
-	if opt.UIDCount == 0 {
-		opt.UIDCount = DefaultUIDCount
-	}
+	opt.StateDir = cmp.Or(opt.StateDir, DefaultStateDir)
+	opt.CgroupRoot = cmp.Or(opt.CgroupRoot, DefaultCgroupRoot)
+	opt.CgroupParent = cmp.Or(opt.CgroupParent, DefaultCgroupParent)
+	opt.UIDBase = cmp.Or(opt.UIDBase, DefaultUIDBase)
+	opt.UIDCount = cmp.Or(opt.UIDCount, DefaultUIDCount)
 	var missing []string
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root (it creates cgroups and drops to per-lease uids)")
@@ -180,7 +174,19 @@ func New(opt Options) (*Provider, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("bwrap provider needs %s", strings.Join(missing, "; "))
 	}
-	return &Provider{opt: opt, filter: filter}, nil
+	leases := filepath.Join(opt.StateDir, "leases")
+	uids := &uidpool.Pool{
+		Dir:   filepath.Join(opt.StateDir, "uids"),
+		Base:  opt.UIDBase,
+		Count: opt.UIDCount,
+		TTL:   reservationTTL,
+		// A reservation is live once its lease has started (it has a
+		// directory) or while a process runs as its uid.
+		Live: func(uid int, leaseID string) bool {
+			return leaseID != "" && exists(filepath.Join(leases, leaseID)) || len(processesOf(uid)) > 0
+		},
+	}
+	return &Provider{opt: opt, filter: filter, uids: uids}, nil
 }
 
 // prepare creates the parent cgroups and state directories and returns
@@ -228,7 +234,7 @@ func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error
 	if err := bothy.ValidateID("lease id", leaseID); err != nil {
 		return 0, err
 	}
-	return p.allocateUID(leaseID)
+	return p.uids.Reserve(leaseID)
 }
 
 // Start takes the lease's uid (the one WorkspaceUID reserved, if it was
@@ -267,12 +273,12 @@ func (p *Provider) cgroups(leaseID string) cgroupPaths {
 }
 
 func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (*bothy.SandboxHandle, error) {
-	uid, err := p.allocateUID(spec.LeaseID)
+	uid, err := p.uids.Reserve(spec.LeaseID)
 	if err != nil {
 		return nil, err
 	}
 	st.UID = uid
-	if err := chownTree(spec.Workspace, uid); err != nil {
+	if err := uidpool.Chown(spec.Workspace, uid); err != nil {
 		return nil, err
 	}
 	mnt := filepath.Join(st.Dir, "workspace")
@@ -351,7 +357,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 	c := st.Cgroups
 	os.WriteFile(filepath.Join(c.Unified, "cgroup.kill"), []byte("1"), 0)
 	for _, ctl := range controllers {
-		if err := killV1(c.V1[ctl], 5*time.Second); err != nil {
+		if err := cgroupfs.Kill(c.V1[ctl], 5*time.Second); err != nil {
 			res.Other = append(res.Other, err.Error())
 		}
 	}
@@ -359,7 +365,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 		res.Other = append(res.Other, "cgroup "+c.Unified+" still holds processes")
 	}
 	for _, dir := range c.all() {
-		if err := removeCgroup(dir, 2*time.Second); err != nil || exists(dir) {
+		if err := cgroupfs.Remove(dir, 2*time.Second); err != nil || exists(dir) {
 			res.Cgroups = append(res.Cgroups, dir)
 		}
 	}
@@ -400,7 +406,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 		}
 		// A uid is reused only once nothing of this lease is left.
 		if res.Empty() {
-			os.Remove(p.uidFile(st.UID))
+			p.uids.Release(st.UID)
 		}
 	}
 	return res
@@ -425,7 +431,7 @@ func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHa
 	if !mounted(filepath.Join(st.Dir, "workspace")) {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (workspace not mounted)", h.LeaseID)
 	}
-	if b, err := os.ReadFile(p.uidFile(st.UID)); err != nil || string(b) != h.LeaseID {
+	if !p.uids.Holds(st.UID, h.LeaseID) {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (uid %d not held)", h.LeaseID, st.UID)
 	}
 	if startTime(st.Holder) != st.HolderStart {
@@ -440,118 +446,6 @@ func decodeState(h *bothy.SandboxHandle) (*state, error) {
 		return nil, bothy.Errorf(bothy.EINVALID, "sandbox handle of lease %s has no valid bwrap state", h.LeaseID)
 	}
 	return &st, nil
-}
-
-func (p *Provider) uidFile(uid int) string {
-	return filepath.Join(p.opt.StateDir, "uids", strconv.Itoa(uid))
-}
-
-// allocateUID returns the uid held for leaseID, or takes the first free
-// uid of the range by creating its file exclusively, which holds the lease
-// id. The file's mtime is the last time the lease was given its uid; a file
-// of a lease that never started (no lease directory) and was not touched
-// for reservationTTL is free again. A flock on the uids directory makes the
-// lookup and the allocation one step across processes.
-func (p *Provider) allocateUID(leaseID string) (int, error) {
-	dir := filepath.Join(p.opt.StateDir, "uids")
-	d, err := os.Open(dir)
-	if err != nil {
-		return 0, fmt.Errorf("allocate uid: %w", err)
-	}
-	defer d.Close()
-	for {
-		if err = unix.Flock(int(d.Fd()), unix.LOCK_EX); err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("allocate uid: %w", err)
-	}
-	entries, err := d.ReadDir(-1)
-	if err != nil {
-		return 0, fmt.Errorf("allocate uid: %w", err)
-	}
-	taken := make(map[int]bool, len(entries))
-	for _, e := range entries {
-		uid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		taken[uid] = true
-		b, err := os.ReadFile(p.uidFile(uid))
-		if err != nil {
-			continue
-		}
-		if string(b) == leaseID {
-			now := time.Now()
-			os.Chtimes(p.uidFile(uid), now, now)
-			return uid, nil
-		}
-		if p.abandoned(uid, string(b)) && os.Remove(p.uidFile(uid)) == nil {
-			delete(taken, uid)
-		}
-	}
-	for uid := p.opt.UIDBase; uid < p.opt.UIDBase+p.opt.UIDCount; uid++ {
-		if taken[uid] {
-			continue
-		}
-		f, err := os.OpenFile(p.uidFile(uid), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, fs.ErrExist) {
-			continue
-		} else if err != nil {
-			return 0, fmt.Errorf("allocate uid: %w", err)
-		}
-		_, err = f.WriteString(leaseID)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			os.Remove(f.Name())
-			return 0, fmt.Errorf("allocate uid: %w", err)
-		}
-		return uid, nil
-	}
-	return 0, bothy.Errorf(bothy.ECONFLICT, "no free sandbox uid in %d-%d", p.opt.UIDBase, p.opt.UIDBase+p.opt.UIDCount-1)
-}
-
-// abandoned reports whether uid's reservation by leaseID is one that
-// WorkspaceUID made for a lease that never started, long enough ago.
-func (p *Provider) abandoned(uid int, leaseID string) bool {
-	fi, err := os.Stat(p.uidFile(uid))
-	if err != nil || time.Since(fi.ModTime()) < reservationTTL {
-		return false
-	}
-	if leaseID != "" && exists(filepath.Join(p.opt.StateDir, "leases", leaseID)) {
-		return false
-	}
-	return len(processesOf(uid)) == 0
-}
-
-// chownTree gives every file of the workspace to the lease's uid, without
-// following symlinks, unless the root is already the uid's: the caller
-// presents the workspace so (an idmapped overlay, see
-// bothy.WorkspaceOwner), or an earlier chown of this workspace finished,
-// since the root is chowned last.
-func chownTree(root string, uid int) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(root, &st); err != nil {
-		return fmt.Errorf("chown workspace: %w", err)
-	} else if int(st.Uid) == uid && int(st.Gid) == uid {
-		return nil
-	}
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || path == root {
-			return err
-		}
-		return os.Lchown(path, uid, uid)
-	})
-	if err == nil {
-		err = os.Lchown(root, uid, uid)
-	}
-	if err != nil {
-		return fmt.Errorf("chown workspace: %w", err)
-	}
-	return nil
 }
 
 // processesOf returns the pids of live host processes whose real uid is

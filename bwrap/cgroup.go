@@ -1,17 +1,13 @@
 package bwrap
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/bothyhq/bothy/cgroupfs"
 )
 
 // The cgroup v1 controllers that hold a lease's limits.
@@ -50,43 +46,10 @@ func writeFile(path, value string) error {
 	return nil
 }
 
-// readPids returns the pids listed in a cgroup.procs file.
-func readPids(procs string) ([]int, error) {
-	b, err := os.ReadFile(procs)
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for f := range strings.FieldsSeq(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
-}
-
-// readCounter returns the value of key in a flat-keyed cgroup file such as
-// memory.oom_control or pids.events, or 0 if it cannot be read.
-func readCounter(path, key string) int64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
-		if ok && k == key {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
-}
-
 // populated reports whether a unified cgroup or any of its descendants
 // holds a process; a missing cgroup holds none.
 func populated(dir string) bool {
-	return readCounter(filepath.Join(dir, "cgroup.events"), "populated") != 0
+	return cgroupfs.ReadCounter(filepath.Join(dir, "cgroup.events"), "populated") != 0
 }
 
 // signalLeaf sends sig to every process of a unified command leaf. SIGKILL
@@ -99,7 +62,7 @@ func signalLeaf(leaf string, sig syscall.Signal, spare int) {
 		os.WriteFile(filepath.Join(leaf, "cgroup.kill"), []byte("1"), 0)
 		return
 	}
-	pids, _ := readPids(filepath.Join(leaf, "cgroup.procs"))
+	pids, _ := cgroupfs.ReadPids(filepath.Join(leaf, "cgroup.procs"))
 	for _, pid := range pids {
 		if pid != spare {
 			syscall.Kill(pid, sig)
@@ -118,49 +81,4 @@ func waitEmpty(dir string, d time.Duration) bool {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return true
-}
-
-// killV1 empties a v1 cgroup by sending SIGKILL to its processes until none
-// is left, for at most d. v1 has no cgroup.kill, so a process forked
-// between a read and the kills is caught by the next round.
-func killV1(dir string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		pids, err := readPids(filepath.Join(dir, "cgroup.procs"))
-		if errors.Is(err, fs.ErrNotExist) || err == nil && len(pids) == 0 {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s still holds processes %v", dir, pids)
-		}
-		for _, pid := range pids {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// removeCgroup removes a cgroup directory and its child cgroups, retrying
-// for at most d while exiting processes are reaped; a missing one is not
-// an error.
-func removeCgroup(dir string, d time.Duration) error {
-	entries, _ := os.ReadDir(dir)
-	var errs []error
-	for _, e := range entries {
-		if e.IsDir() {
-			errs = append(errs, removeCgroup(filepath.Join(dir, e.Name()), d))
-		}
-	}
-	deadline := time.Now().Add(d)
-	for {
-		err := syscall.Rmdir(dir)
-		if err == nil || err == syscall.ENOENT {
-			return errors.Join(errs...)
-		} else if err != syscall.EBUSY || time.Now().After(deadline) {
-			return errors.Join(append(errs, fmt.Errorf("remove cgroup %s: %w", dir, err))...)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

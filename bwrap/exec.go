@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/cgroupfs"
 	"github.com/bothyhq/bothy/process"
 )
 
@@ -126,7 +127,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		if res == nil || res.TimedOut || err != nil {
 			signalLeaf(leaf, syscall.SIGKILL, 0)
 			waitEmpty(leaf, 5*time.Second)
-			removeCgroup(leaf, 2*time.Second)
+			cgroupfs.Remove(leaf, 2*time.Second)
 		} else {
 			// A leaf that still holds the command's background stays
 			// until it empties (sweepLeaves) or until Stop.
@@ -154,7 +155,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 
 	oomPath := filepath.Join(st.Cgroups.V1["memory"], "memory.oom_control")
 	pidsPath := filepath.Join(st.Cgroups.V1["pids"], "pids.events")
-	oomBefore, pidsBefore := readCounter(oomPath, "oom_kill"), readCounter(pidsPath, "max")
+	oomBefore, pidsBefore := cgroupfs.ReadCounter(oomPath, "oom_kill"), cgroupfs.ReadCounter(pidsPath, "max")
 	var mainPid int
 	res, err = process.Run(ctx, cmd, spec, process.RunOptions{
 		Grace:   p.opt.KillGrace,
@@ -162,8 +163,8 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		Signal:  func(sig syscall.Signal) { signalLeaf(leaf, sig, mainPid) },
 	})
 	if res != nil {
-		res.OOMKilled = readCounter(oomPath, "oom_kill") > oomBefore
-		res.PidsLimited = readCounter(pidsPath, "max") > pidsBefore
+		res.OOMKilled = cgroupfs.ReadCounter(oomPath, "oom_kill") > oomBefore
+		res.PidsLimited = cgroupfs.ReadCounter(pidsPath, "max") > pidsBefore
 		if res.Signal == "" && res.ExitCode == 128+int(syscall.SIGKILL) && (res.OOMKilled || res.TimedOut) {
 			res.Signal = "SIGKILL"
 		}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/cgroupfs"
 	"github.com/bothyhq/bothy/process"
 )
 
@@ -117,7 +118,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 
 	oomPath := filepath.Join(p.cgroupDir("memory", st), "memory.oom_control")
 	pidsPath := filepath.Join(p.cgroupDir("pids", st), "pids.events")
-	oomBefore, pidsBefore := readCounter(oomPath, "oom_kill"), readCounter(pidsPath, "max")
+	oomBefore, pidsBefore := cgroupfs.ReadCounter(oomPath, "oom_kill"), cgroupfs.ReadCounter(pidsPath, "max")
 	res, err := process.Run(ctx, cmd, spec, process.RunOptions{
 		Grace: p.opt.KillGrace,
 		// runsc exec forwards no signal: signal the command's tree in the
@@ -127,8 +128,8 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	if res == nil {
 		return nil, err
 	}
-	res.OOMKilled = readCounter(oomPath, "oom_kill") > oomBefore
-	res.PidsLimited = readCounter(pidsPath, "max") > pidsBefore
+	res.OOMKilled = cgroupfs.ReadCounter(oomPath, "oom_kill") > oomBefore
+	res.PidsLimited = cgroupfs.ReadCounter(pidsPath, "max") > pidsBefore
 	if res.Signal == "" && res.ExitCode == 128+int(syscall.SIGKILL) && (res.OOMKilled || res.TimedOut) {
 		res.Signal = "SIGKILL"
 	}

@@ -29,10 +29,11 @@
 //     sets it), and the host's is MinPids above it. A memory limit that
 //     is reached kills the sentry: the command's result says OOMKilled
 //     and the lease's sandbox is gone;
-//   - each lease has its own host uid from a range, as with bwrap (see
-//     bothy.WorkspaceOwner): commands run as that uid and gid inside the
-//     sandbox with no capabilities and no_new_privs, and files they write
-//     to the workspace are owned by it on the host;
+//   - each lease has its own host uid from a range, as with bwrap
+//     (package uidpool; see bothy.WorkspaceOwner): commands run as that
+//     uid and gid inside the sandbox with no capabilities and
+//     no_new_privs, and files they write to the workspace are owned by it
+//     on the host;
 //   - a command is `runsc exec` with a process.json given through a pipe,
 //     so its environment never appears in a command line. It carries a
 //     supplementary gid of its own (a tag) that its descendants keep
@@ -48,6 +49,7 @@
 package gvisor
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -65,7 +67,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/cgroupfs"
 	"github.com/bothyhq/bothy/mountinfo"
+	"github.com/bothyhq/bothy/uidpool"
 )
 
 // Name is the provider's name.
@@ -123,7 +127,8 @@ type Options struct {
 // state in memory: any Provider with the same Options can take over a
 // lease from its handle.
 type Provider struct {
-	opt Options
+	opt  Options
+	uids *uidpool.Pool
 }
 
 // state is the provider's part of a handle.
@@ -145,24 +150,12 @@ func (st *state) bundle() string    { return filepath.Join(st.Dir, "bundle") }
 // (the sandbox's init and helpers), prlimit, bash, the cgroup v1 memory, pids and cpu
 // controllers, or a writable state directory.
 func New(opt Options) (*Provider, error) {
-	if opt.StateDir == "" {
-		opt.StateDir = DefaultStateDir
-	}
-	if opt.CgroupRoot == "" {
-		opt.CgroupRoot = DefaultCgroupRoot
-	}
-	if opt.CgroupParent == "" {
-		opt.CgroupParent = DefaultCgroupParent
-	}
-	if opt.NetnsDir == "" {
-		opt.NetnsDir = DefaultNetnsDir
-	}
-	if opt.UIDBase == 0 {
-		opt.UIDBase = DefaultUIDBase
-	}
-	if opt.UIDCount == 0 {
-		opt.UIDCount = DefaultUIDCount
-	}
+	opt.StateDir = cmp.Or(opt.StateDir, DefaultStateDir)
+	opt.CgroupRoot = cmp.Or(opt.CgroupRoot, DefaultCgroupRoot)
+	opt.CgroupParent = cmp.Or(opt.CgroupParent, DefaultCgroupParent)
+	opt.NetnsDir = cmp.Or(opt.NetnsDir, DefaultNetnsDir)
+	opt.UIDBase = cmp.Or(opt.UIDBase, DefaultUIDBase)
+	opt.UIDCount = cmp.Or(opt.UIDCount, DefaultUIDCount)
 	var missing []string
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root (runsc needs it to create sandboxes and cgroups)")
@@ -192,7 +185,19 @@ func New(opt Options) (*Provider, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("gvisor provider needs %s", strings.Join(missing, "; "))
 	}
-	return &Provider{opt: opt}, nil
+	leases := filepath.Join(opt.StateDir, "leases")
+	uids := &uidpool.Pool{
+		Dir:   filepath.Join(opt.StateDir, "uids"),
+		Base:  opt.UIDBase,
+		Count: opt.UIDCount,
+		TTL:   reservationTTL,
+		// No host process runs as a gVisor lease's uid, so the lease
+		// directory is the only sign of a started lease.
+		Live: func(uid int, leaseID string) bool {
+			return leaseID != "" && exists(filepath.Join(leases, leaseID))
+		},
+	}
+	return &Provider{opt: opt, uids: uids}, nil
 }
 
 // prepare creates the state directories and the root filesystem skeleton
@@ -224,7 +229,7 @@ func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error
 	if err := bothy.ValidateID("lease id", leaseID); err != nil {
 		return 0, err
 	}
-	return p.allocateUID(leaseID)
+	return p.uids.Reserve(leaseID)
 }
 
 // Start takes the lease's uid, chowns the workspace to it unless its root
@@ -253,12 +258,12 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 }
 
 func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (*bothy.SandboxHandle, error) {
-	uid, err := p.allocateUID(spec.LeaseID)
+	uid, err := p.uids.Reserve(spec.LeaseID)
 	if err != nil {
 		return nil, err
 	}
 	st.UID = uid
-	if err := chownTree(spec.Workspace, uid); err != nil {
+	if err := uidpool.Chown(spec.Workspace, uid); err != nil {
 		return nil, err
 	}
 	if err := p.addNetns(ctx, st.ID); err != nil {
@@ -360,7 +365,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 	// over a second even of a dead sandbox. Its state goes with the lease
 	// directory.
 	for _, ctl := range controllers {
-		if err := killCgroup(p.cgroupDir(ctl, st), 5*time.Second); err != nil {
+		if err := cgroupfs.Kill(p.cgroupDir(ctl, st), 5*time.Second); err != nil {
 			res.Other = append(res.Other, err.Error())
 		}
 	}
@@ -380,7 +385,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for _, dir := range p.cgroupDirs(st) {
-		if err := removeCgroup(dir, 2*time.Second); err != nil || exists(dir) {
+		if err := cgroupfs.Remove(dir, 2*time.Second); err != nil || exists(dir) {
 			res.Cgroups = append(res.Cgroups, dir)
 		}
 	}
@@ -409,7 +414,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 	}
 
 	if st.UID != 0 && res.Empty() {
-		os.Remove(p.uidFile(st.UID))
+		p.uids.Release(st.UID)
 	}
 	return res
 }
@@ -425,7 +430,7 @@ func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHa
 	if err != nil {
 		return nil, err
 	}
-	if b, err := os.ReadFile(p.uidFile(st.UID)); err != nil || string(b) != h.LeaseID {
+	if !p.uids.Holds(st.UID, h.LeaseID) {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (uid %d not held)", h.LeaseID, st.UID)
 	}
 	if s := p.sandboxStatus(ctx, st); s != "running" {

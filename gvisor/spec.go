@@ -1,15 +1,8 @@
 package gvisor
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
-	"time"
 
 	"github.com/bothyhq/bothy"
 )
@@ -185,80 +178,4 @@ func (p *Provider) cgroupDir(ctl string, st *state) string {
 func (p *Provider) cgroupDirs(st *state) []string {
 	dirs, _ := filepath.Glob(filepath.Join(p.opt.CgroupRoot, "*", st.Cgroup))
 	return dirs
-}
-
-// killCgroup empties a v1 cgroup by sending SIGKILL to its processes until
-// none is left, for at most d. A missing cgroup is empty.
-func killCgroup(dir string, d time.Duration) error {
-	deadline := time.Now().Add(d)
-	for {
-		pids, err := readPids(filepath.Join(dir, "cgroup.procs"))
-		if errors.Is(err, fs.ErrNotExist) || err == nil && len(pids) == 0 {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup %s still holds processes %v", dir, pids)
-		}
-		for _, pid := range pids {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// removeCgroup removes a cgroup directory and its children, retrying for
-// at most d while exiting processes are reaped; a missing one is not an
-// error.
-func removeCgroup(dir string, d time.Duration) error {
-	entries, _ := os.ReadDir(dir)
-	var errs []error
-	for _, e := range entries {
-		if e.IsDir() {
-			errs = append(errs, removeCgroup(filepath.Join(dir, e.Name()), d))
-		}
-	}
-	deadline := time.Now().Add(d)
-	for {
-		err := syscall.Rmdir(dir)
-		if err == nil || err == syscall.ENOENT {
-			return errors.Join(errs...)
-		} else if err != syscall.EBUSY || time.Now().After(deadline) {
-			return errors.Join(append(errs, fmt.Errorf("remove cgroup %s: %w", dir, err))...)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// readPids returns the pids listed in a cgroup.procs file.
-func readPids(procs string) ([]int, error) {
-	b, err := os.ReadFile(procs)
-	if err != nil {
-		return nil, err
-	}
-	var pids []int
-	for f := range strings.FieldsSeq(string(b)) {
-		if pid, err := strconv.Atoi(f); err == nil {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
-}
-
-// readCounter returns the value of key in a flat-keyed cgroup file such as
-// memory.oom_control or pids.events, or 0 if it cannot be read.
-func readCounter(path, key string) int64 {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(b)) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if ok && k == key {
-			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n
-		}
-	}
-	return 0
 }

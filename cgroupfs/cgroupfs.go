@@ -1,0 +1,94 @@
+// Package cgroupfs reads and empties cgroup directories in the cgroup
+// filesystem, v1 or v2, through their files alone.
+package cgroupfs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ReadPids returns the pids listed in a cgroup.procs file.
+func ReadPids(procs string) ([]int, error) {
+	b, err := os.ReadFile(procs)
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for f := range strings.FieldsSeq(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// ReadCounter returns the value of key in a flat-keyed cgroup file such as
+// memory.oom_control, pids.events or cgroup.events, or 0 if it cannot be
+// read.
+func ReadCounter(path, key string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// Kill empties a cgroup by sending SIGKILL to its processes until none is
+// left, for at most d. It is for v1, which has no cgroup.kill: a process
+// forked between a read and the kills is caught by the next round. A
+// missing cgroup is empty.
+func Kill(dir string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for {
+		pids, err := ReadPids(filepath.Join(dir, "cgroup.procs"))
+		if errors.Is(err, fs.ErrNotExist) || err == nil && len(pids) == 0 {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s still holds processes %v", dir, pids)
+		}
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Remove removes a cgroup directory and its child cgroups, retrying for at
+// most d while exiting processes are reaped; a missing one is not an
+// error.
+func Remove(dir string, d time.Duration) error {
+	entries, _ := os.ReadDir(dir)
+	var errs []error
+	for _, e := range entries {
+		if e.IsDir() {
+			errs = append(errs, Remove(filepath.Join(dir, e.Name()), d))
+		}
+	}
+	deadline := time.Now().Add(d)
+	for {
+		err := syscall.Rmdir(dir)
+		if err == nil || err == syscall.ENOENT {
+			return errors.Join(errs...)
+		} else if err != syscall.EBUSY || time.Now().After(deadline) {
+			return errors.Join(append(errs, fmt.Errorf("remove cgroup %s: %w", dir, err))...)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,82 @@
+package cgroupfs_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bothyhq/bothy/cgroupfs"
+)
+
+func write(t *testing.T, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReadPids(t *testing.T) {
+	dir := t.TempDir()
+	t.Run("OK", func(t *testing.T) {
+		procs := filepath.Join(dir, "cgroup.procs")
+		write(t, procs, "12\n345\n")
+		if pids, err := cgroupfs.ReadPids(procs); err != nil || !slices.Equal(pids, []int{12, 345}) {
+			t.Fatalf("ReadPids = %v, %v; want [12 345]", pids, err)
+		}
+	})
+	t.Run("ErrNotExist", func(t *testing.T) {
+		if _, err := cgroupfs.ReadPids(filepath.Join(dir, "missing")); !os.IsNotExist(err) {
+			t.Fatalf("ReadPids of a missing file: %v", err)
+		}
+	})
+}
+
+func TestReadCounter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "memory.oom_control")
+	write(t, path, "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n")
+	for key, want := range map[string]int64{"oom_kill": 3, "under_oom": 0, "missing": 0} {
+		if got := cgroupfs.ReadCounter(path, key); got != want {
+			t.Errorf("ReadCounter(%q) = %d, want %d", key, got, want)
+		}
+	}
+	if got := cgroupfs.ReadCounter(path+".missing", "oom_kill"); got != 0 {
+		t.Errorf("ReadCounter of a missing file = %d, want 0", got)
+	}
+}
+
+func TestKill(t *testing.T) {
+	dir := t.TempDir()
+	t.Run("Missing", func(t *testing.T) {
+		if err := cgroupfs.Kill(filepath.Join(dir, "missing"), time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("Empty", func(t *testing.T) {
+		write(t, filepath.Join(dir, "cgroup.procs"), "")
+		if err := cgroupfs.Kill(dir, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestRemove(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "lease")
+	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("OK", func(t *testing.T) {
+		if err := cgroupfs.Remove(dir, time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Fatalf("%s still there: %v", dir, err)
+		}
+	})
+	t.Run("Missing", func(t *testing.T) {
+		if err := cgroupfs.Remove(dir, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
