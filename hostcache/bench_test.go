@@ -30,17 +30,27 @@ func workspace10MiB(b *testing.B) *checkpoint.Snapshot {
 	return snap
 }
 
-// BenchmarkWarmStart is a lease start on a cached revision: Materialize
-// (a hit), mount the overlay, unmount.
-func BenchmarkWarmStart(b *testing.B) {
-	needRoot(b)
-	ctx := context.Background()
+// warmCache returns the snapshot of a 10 MiB workspace and a new cache that
+// holds it, materialized once.
+func warmCache(ctx context.Context, b *testing.B) (*hostcache.Cache, *checkpoint.Snapshot) {
+	b.Helper()
 	snap := workspace10MiB(b)
 	c, err := hostcache.Open(b.TempDir())
 	must(b, err)
 	if _, err := c.Materialize(ctx, tenant, snap); err != nil {
 		b.Fatal(err)
 	}
+	return c, snap
+}
+
+// benchWarmStart times lease starts on a cached revision: Materialize (a
+// hit), mount the overlay with opts, unmount. With opts.IDMapUID set, the
+// lower layer must be idmapped.
+func benchWarmStart(b *testing.B, opts hostcache.MountOptions) {
+	b.Helper()
+	needRoot(b)
+	ctx := context.Background()
+	c, snap := warmCache(ctx, b)
 	leaseDir := b.TempDir()
 	b.ResetTimer()
 	for b.Loop() {
@@ -48,9 +58,11 @@ func BenchmarkWarmStart(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		m, err := hostcache.Mount(ctx, lower, leaseDir, hostcache.MountOptions{})
+		m, err := hostcache.Mount(ctx, lower, leaseDir, opts)
 		if err != nil {
 			b.Fatal(err)
+		} else if opts.IDMapUID != 0 && !m.IDMapped {
+			b.Fatal(err, m.IDMapErr)
 		}
 		if err := m.Unmount(ctx); err != nil {
 			b.Fatal(err)
@@ -58,17 +70,18 @@ func BenchmarkWarmStart(b *testing.B) {
 	}
 }
 
+// BenchmarkWarmStart is a lease start on a cached revision: Materialize
+// (a hit), mount the overlay, unmount.
+func BenchmarkWarmStart(b *testing.B) {
+	benchWarmStart(b, hostcache.MountOptions{})
+}
+
 // BenchmarkColdMaterialize restores a 10 MiB workspace into an empty cache.
 func BenchmarkColdMaterialize(b *testing.B) {
 	ctx := context.Background()
-	snap := workspace10MiB(b)
 	// Warm the repo's pack table and frame caches: the figure is the local
 	// restore, not the first download.
-	c0, err := hostcache.Open(b.TempDir())
-	must(b, err)
-	if _, err := c0.Materialize(ctx, tenant, snap); err != nil {
-		b.Fatal(err)
-	}
+	_, snap := warmCache(ctx, b)
 	b.SetBytes(10 << 20)
 	b.ResetTimer()
 	root := b.TempDir()
@@ -92,27 +105,5 @@ func BenchmarkColdMaterialize(b *testing.B) {
 // idmapped: a user namespace (a child process), a clone of the tree, two
 // mounts and two unmounts.
 func BenchmarkWarmStartIDMap(b *testing.B) {
-	needRoot(b)
-	ctx := context.Background()
-	snap := workspace10MiB(b)
-	c, err := hostcache.Open(b.TempDir())
-	must(b, err)
-	if _, err := c.Materialize(ctx, tenant, snap); err != nil {
-		b.Fatal(err)
-	}
-	leaseDir := b.TempDir()
-	b.ResetTimer()
-	for b.Loop() {
-		lower, err := c.Materialize(ctx, tenant, snap)
-		if err != nil {
-			b.Fatal(err)
-		}
-		m, err := hostcache.Mount(ctx, lower, leaseDir, hostcache.MountOptions{IDMapUID: testUID})
-		if err != nil || !m.IDMapped {
-			b.Fatal(err, m.IDMapErr)
-		}
-		if err := m.Unmount(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchWarmStart(b, hostcache.MountOptions{IDMapUID: testUID})
 }

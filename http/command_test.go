@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/computetest"
 	bhttp "github.com/bothyhq/bothy/http"
 )
 
@@ -75,10 +76,7 @@ func TestCommands_Run(t *testing.T) {
 		if again.ID != first.ID || !slices.Equal(again.Argv, []string{"echo", "hi"}) {
 			t.Errorf("same key gave %s, want command %s", r.body, first.ID)
 		}
-		e.compute.mu.Lock()
-		stdin := e.compute.stdin[first.ID]
-		e.compute.mu.Unlock()
-		if stdin != "in" {
+		if stdin := e.compute.Stdin(first.ID); stdin != "in" {
 			t.Errorf("stdin %q reached the compute service", stdin)
 		}
 		if a, b := mustRun(t, e.acme, c.ID, bothy.RunRequest{}), mustRun(t, e.acme, c.ID, bothy.RunRequest{}); a.ID == b.ID {
@@ -92,10 +90,10 @@ func TestCommands_Run(t *testing.T) {
 			// The key names the existing command, which the request waits for.
 			done <- e.raw(t, "POST", path, e.acmeToken, strings.NewReader(`{"argv":["x"],"idempotency_key":"wait","wait":true}`))
 		}()
-		if id := <-e.compute.waiting; id != cmd.ID {
+		if id := <-e.compute.Waiting(); id != cmd.ID {
 			t.Fatalf("waited for %s, want %s", id, cmd.ID)
 		}
-		e.compute.finish(t, "acme", cmd.ID, bothy.CommandCompleted, 3)
+		e.compute.Finish(t, "acme", cmd.ID, bothy.CommandCompleted, 3)
 		r := <-done
 		r.want(t, 200, "")
 		var got bothy.Command
@@ -107,8 +105,8 @@ func TestCommands_Run(t *testing.T) {
 		go func() {
 			done <- e.raw(t, "POST", path, e.acmeToken, strings.NewReader(`{"script":"exit 0","wait":true}`))
 		}()
-		id := <-e.compute.waiting
-		e.compute.finish(t, "acme", id, bothy.CommandFailed, 0)
+		id := <-e.compute.Waiting()
+		e.compute.Finish(t, "acme", id, bothy.CommandFailed, 0)
 		(<-done).want(t, 200, "")
 	})
 	t.Run("ErrTooLarge", func(t *testing.T) {
@@ -155,7 +153,7 @@ func TestCommands_Run(t *testing.T) {
 	t.Run("Cancel", func(t *testing.T) {
 		cmd := mustRun(t, e.acme, c.ID, bothy.RunRequest{})
 		got, err := e.acme.CancelCommand(t.Context(), cmd.ID)
-		if err != nil || got.State != bothy.CommandCancelled || !e.compute.called("cancel "+cmd.ID) {
+		if err != nil || got.State != bothy.CommandCancelled || !e.compute.Called("cancel "+cmd.ID) {
 			t.Fatalf("CancelCommand = %+v, %v", got, err)
 		}
 		if got, err := e.acme.WaitCommand(t.Context(), cmd.ID); err != nil || got.State != bothy.CommandCancelled {
@@ -168,17 +166,17 @@ func TestCommands_Run(t *testing.T) {
 			t.Fatal(err)
 		}
 		rev, err := e.acme.Checkpoint(t.Context(), c.ID)
-		if err != nil || rev.Number != 1 || rev.ComputerID != c.ID || !e.compute.called("checkpoint "+c.ID) {
+		if err != nil || rev.Number != 1 || rev.ComputerID != c.ID || !e.compute.Called("checkpoint "+c.ID) {
 			t.Fatalf("Checkpoint = %+v, %v", rev, err)
 		}
 	})
 	t.Run("StopDestroy", func(t *testing.T) {
 		c2 := mustCreate(t, e.acme, bhttp.CreateComputerRequest{})
-		if _, err := e.acme.StopComputer(t.Context(), c2.ID); err != nil || !e.compute.called("stop "+c2.ID) {
-			t.Fatalf("StopComputer: %v; calls %v", err, e.compute.calls)
+		if _, err := e.acme.StopComputer(t.Context(), c2.ID); err != nil || !e.compute.Called("stop "+c2.ID) {
+			t.Fatalf("StopComputer: %v; calls %v", err, e.compute.Calls())
 		}
 		got, err := e.acme.DestroyComputer(t.Context(), c2.ID)
-		if err != nil || got.State != bothy.StateDestroyed || !e.compute.called("destroy "+c2.ID) {
+		if err != nil || got.State != bothy.StateDestroyed || !e.compute.Called("destroy "+c2.ID) {
 			t.Fatalf("DestroyComputer = %+v, %v", got, err)
 		}
 		_, err = e.acme.RunCommand(t.Context(), c2.ID, bothy.RunRequest{Argv: []string{"true"}})
@@ -199,7 +197,7 @@ func TestCommands_Run(t *testing.T) {
 		if _, err := e.ro.ListCommands(t.Context(), bothy.CommandFilter{ComputerID: c.ID}); err != nil {
 			t.Fatal(err)
 		}
-		e.compute.finish(t, "acme", cmd.ID, bothy.CommandCompleted, 0)
+		e.compute.Finish(t, "acme", cmd.ID, bothy.CommandCompleted, 0)
 		s, err := e.ro.Events(t.Context(), cmd.ID, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -209,7 +207,7 @@ func TestCommands_Run(t *testing.T) {
 	})
 	t.Run("TenantIsolation", func(t *testing.T) {
 		cmd := mustRun(t, e.acme, c.ID, bothy.RunRequest{})
-		e.compute.emit(t, "acme", cmd.ID, out(bothy.EventStdout, "private"))
+		e.compute.Emit(t, "acme", cmd.ID, out(bothy.EventStdout, "private"))
 		_, err := e.other.GetCommand(t.Context(), cmd.ID)
 		wantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.other.Events(t.Context(), cmd.ID, 0)
@@ -233,9 +231,9 @@ func TestCommands_Events(t *testing.T) {
 	t.Run("Resume", func(t *testing.T) {
 		cmd := mustRun(t, e.acme, c.ID, bothy.RunRequest{})
 		for i := 1; i <= 5; i++ {
-			e.compute.emit(t, "acme", cmd.ID, out(bothy.EventStdout, fmt.Sprint(i)))
+			e.compute.Emit(t, "acme", cmd.ID, out(bothy.EventStdout, fmt.Sprint(i)))
 		}
-		final := e.compute.finish(t, "acme", cmd.ID, bothy.CommandCompleted, 0)
+		final := e.compute.Finish(t, "acme", cmd.ID, bothy.CommandCompleted, 0)
 		s, err := e.acme.Events(t.Context(), cmd.ID, 2)
 		if err != nil {
 			t.Fatal(err)
@@ -283,7 +281,7 @@ func TestCommands_Events(t *testing.T) {
 		defer s.Close()
 		// Each event reaches the open stream; a batch of 200 crosses batches.
 		for i := 1; i <= 3; i++ {
-			e.compute.emit(t, "acme", cmd.ID, out(bothy.EventStderr, fmt.Sprint(i)))
+			e.compute.Emit(t, "acme", cmd.ID, out(bothy.EventStderr, fmt.Sprint(i)))
 			ev, err := s.Next()
 			if err != nil || ev.Seq != int64(i) || ev.Kind != bothy.EventStderr || string(ev.Data) != fmt.Sprint(i) {
 				t.Fatalf("Next = %+v, %v; want stderr event %d", ev, err, i)
@@ -293,8 +291,8 @@ func TestCommands_Events(t *testing.T) {
 		for range 200 {
 			batch = append(batch, out(bothy.EventStdout, "x"))
 		}
-		e.compute.emit(t, "acme", cmd.ID, batch...)
-		e.compute.finish(t, "acme", cmd.ID, bothy.CommandCompleted, 7)
+		e.compute.Emit(t, "acme", cmd.ID, batch...)
+		e.compute.Finish(t, "acme", cmd.ID, bothy.CommandCompleted, 7)
 		seqs, _, end := drain(t, s)
 		if len(seqs) != 200 || seqs[0] != 4 || seqs[199] != 203 || end == nil || *end.ExitCode != 7 {
 			t.Fatalf("got %d events %v…, end %+v", len(seqs), seqs[:min(3, len(seqs))], end)
@@ -305,7 +303,7 @@ func TestCommands_Events(t *testing.T) {
 	})
 	t.Run("WaitCommand", func(t *testing.T) {
 		cmd := mustRun(t, e.acme, c.ID, bothy.RunRequest{})
-		e.compute.emit(t, "acme", cmd.ID, out(bothy.EventStdout, "before"))
+		e.compute.Emit(t, "acme", cmd.ID, out(bothy.EventStdout, "before"))
 		done := make(chan *bothy.Command, 1)
 		go func() {
 			got, err := e.acme.WaitCommand(t.Context(), cmd.ID)
@@ -314,8 +312,8 @@ func TestCommands_Events(t *testing.T) {
 			}
 			done <- got
 		}()
-		e.compute.emit(t, "acme", cmd.ID, out(bothy.EventStdout, "after"))
-		e.compute.finish(t, "acme", cmd.ID, bothy.CommandTimedOut, 0)
+		e.compute.Emit(t, "acme", cmd.ID, out(bothy.EventStdout, "after"))
+		e.compute.Finish(t, "acme", cmd.ID, bothy.CommandTimedOut, 0)
 		if got := <-done; got == nil || got.State != bothy.CommandTimedOut {
 			t.Fatalf("WaitCommand = %+v", got)
 		}
@@ -411,7 +409,7 @@ func (w *blockingWriter) Write(b []byte) (int, error) {
 func TestCommands_SlowReader(t *testing.T) {
 	store, _ := openSQLite(t)
 	cs := &countingStore{Store: store}
-	fake := newFakeCompute(store)
+	fake := computetest.NewFake(store)
 	srv := bhttp.NewServer(cs, nil, bhttp.Options{Compute: fake})
 	if err := store.CreateTenant(t.Context(), &bothy.Tenant{ID: "acme", HashKey: make([]byte, 32)}); err != nil {
 		t.Fatal(err)
@@ -431,8 +429,8 @@ func TestCommands_SlowReader(t *testing.T) {
 	for range 1000 {
 		evs = append(evs, out(bothy.EventStdout, strings.Repeat("y", 100)))
 	}
-	fake.emit(t, "acme", cmd.ID, evs...)
-	fake.finish(t, "acme", cmd.ID, bothy.CommandCompleted, 0)
+	fake.Emit(t, "acme", cmd.ID, evs...)
+	fake.Finish(t, "acme", cmd.ID, bothy.CommandCompleted, 0)
 
 	// The reader takes one and a half batches of 64 events, then stops.
 	first, err := store.ListEvents(t.Context(), "acme", cmd.ID, 0, 1)
@@ -564,3 +562,6 @@ func TestEventStream_Parse(t *testing.T) {
 		}
 	})
 }
+
+// out returns an output event of kind holding s.
+func out(kind, s string) bothy.Event { return bothy.Event{Kind: kind, Data: []byte(s)} }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/computetest"
 	"github.com/bothyhq/bothy/gcs/gcstest"
 	bhttp "github.com/bothyhq/bothy/http"
 	"github.com/bothyhq/bothy/localblob"
@@ -28,10 +29,10 @@ const maxFile = 1 << 20
 type env struct {
 	url     string
 	store   bothy.Store
-	compute *fakeCompute  // nil unless made by newComputeEnv
-	acme    *bhttp.Client // acme, every scope but admin
-	ro      *bhttp.Client // acme, computers:read and files:read
-	other   *bhttp.Client // tenant other, every scope but admin
+	compute *computetest.Fake // nil unless made by newComputeEnv
+	acme    *bhttp.Client     // acme, every scope but admin
+	ro      *bhttp.Client     // acme, computers:read and files:read
+	other   *bhttp.Client     // tenant other, every scope but admin
 	// acmeToken is the secret of acme.
 	acmeToken string
 }
@@ -68,7 +69,7 @@ func newEnv(t *testing.T, open opener) *env {
 	return newEnvWith(t, open, false)
 }
 
-// newComputeEnv is newEnv with a fakeCompute as the server's ComputeService.
+// newComputeEnv is newEnv with a computetest.Fake as the server's ComputeService.
 func newComputeEnv(t *testing.T) *env {
 	t.Helper()
 	return newEnvWith(t, openSQLite, true)
@@ -82,7 +83,7 @@ func newEnvWith(t *testing.T, open opener, compute bool) *env {
 	opts := bhttp.Options{MaxFileSize: maxFile, MaxOpsSize: 2 * maxFile, Logger: log}
 	e := &env{store: store}
 	if compute {
-		e.compute = newFakeCompute(store)
+		e.compute = computetest.NewFake(store)
 		opts.Compute = e.compute
 	}
 	srv := httptest.NewServer(bhttp.NewServer(store, files, opts))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/computetest"
 	bhttp "github.com/bothyhq/bothy/http"
 	"github.com/bothyhq/bothy/workspace"
 )
@@ -20,7 +21,7 @@ func TestProfiles_Authority(t *testing.T) {
 	store, blobs := openSQLite(t)
 	files := workspace.New(store, blobs, workspace.Options{})
 	srv := httptest.NewServer(bhttp.NewServer(store, files, bhttp.Options{
-		Profiles: []string{"standard", "strong"}, Compute: newFakeCompute(store),
+		Profiles: []string{"standard", "strong"}, Compute: computetest.NewFake(store),
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}))
 	t.Cleanup(srv.Close)

@@ -19,17 +19,18 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/computetest"
 	bhttp "github.com/bothyhq/bothy/http"
 	"github.com/bothyhq/bothy/localblob"
 	"github.com/bothyhq/bothy/sqlite"
 	"github.com/bothyhq/bothy/workspace"
 )
 
-// cliAPI is an API server over a real SQLite store and a fakeCompute, whose
+// cliAPI is an API server over a real SQLite store and a computetest.Fake, whose
 // URL and token are in BOTHY_URL and BOTHY_TOKEN for the test.
 type cliAPI struct {
 	store bothy.Store
-	fake  *fakeCompute
+	fake  *computetest.Fake
 
 	mu     sync.Mutex
 	afters []string // the after of each events request
@@ -54,7 +55,7 @@ func newCLIAPI(t *testing.T) *cliAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &cliAPI{store: store, fake: newFakeCompute(store)}
+	a := &cliAPI{store: store, fake: computetest.NewFake(store)}
 	srv := bhttp.NewServer(store, workspace.New(store, blobs, workspace.Options{}), bhttp.Options{
 		Compute: a.fake, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -227,8 +228,8 @@ func TestCLI_Computers(t *testing.T) {
 	if out := callVerb(t, (*cli).destroy, id, "--json"); !strings.Contains(out, `"state":"destroyed"`) {
 		t.Errorf("destroy --json: %s", out)
 	}
-	if !a.fake.called("stop "+id) || !a.fake.called("destroy "+id) {
-		t.Errorf("calls %v", a.fake.calls)
+	if !a.fake.Called("stop "+id) || !a.fake.Called("destroy "+id) {
+		t.Errorf("calls %v", a.fake.Calls())
 	}
 	if out := callVerb(t, (*cli).revisions, cm.ID); !strings.HasPrefix(out, "REVISION") {
 		t.Errorf("revisions:\n%s", out)
@@ -254,9 +255,9 @@ func TestCLI_Run(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		c, out, errb := testCLI("input")
 		done := goVerb(t.Context(), c, (*cli).run, id, "--cwd", "src", "--env", "A=1", "--timeout", "2s", "--", "sh", "-c", "x")
-		cmdID := <-a.fake.started
-		a.fake.emit(t, "default", cmdID, out1(bothy.EventStdout, "hello\n"), out1(bothy.EventStderr, "oops\n"), out1(bothy.EventStdout, "bye\n"))
-		a.fake.finish(t, "default", cmdID, bothy.CommandCompleted, 3)
+		cmdID := <-a.fake.Started()
+		a.fake.Emit(t, "default", cmdID, out1(bothy.EventStdout, "hello\n"), out1(bothy.EventStderr, "oops\n"), out1(bothy.EventStdout, "bye\n"))
+		a.fake.Finish(t, "default", cmdID, bothy.CommandCompleted, 3)
 		wantExit(t, <-done, 3)
 		if out.String() != "hello\nbye\n" || errb.String() != "oops\n" {
 			t.Errorf("stdout %q stderr %q", out, errb)
@@ -265,16 +266,16 @@ func TestCLI_Run(t *testing.T) {
 		if err != nil || !slices.Equal(cmd.Argv, []string{"sh", "-c", "x"}) || cmd.Cwd != "src" || !slices.Equal(cmd.EnvNames, []string{"A"}) || cmd.TimeoutMS != 2000 {
 			t.Errorf("command %+v, %v", cmd, err)
 		}
-		if a.fake.stdin[cmdID] != "input" {
-			t.Errorf("stdin %q", a.fake.stdin[cmdID])
+		if a.fake.Stdin(cmdID) != "input" {
+			t.Errorf("stdin %q", a.fake.Stdin(cmdID))
 		}
 	})
 	t.Run("JSON", func(t *testing.T) {
 		c, out, _ := testCLI("")
 		done := goVerb(t.Context(), c, (*cli).run, "--json", id, "true")
-		cmdID := <-a.fake.started
-		a.fake.emit(t, "default", cmdID, out1(bothy.EventStdout, "a"), out1(bothy.EventStdout, "b"))
-		a.fake.finish(t, "default", cmdID, bothy.CommandTimedOut, 0)
+		cmdID := <-a.fake.Started()
+		a.fake.Emit(t, "default", cmdID, out1(bothy.EventStdout, "a"), out1(bothy.EventStdout, "b"))
+		a.fake.Finish(t, "default", cmdID, bothy.CommandTimedOut, 0)
 		wantExit(t, <-done, 124)
 		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 		var ev bothy.Event
@@ -289,8 +290,8 @@ func TestCLI_Run(t *testing.T) {
 		if again := strings.TrimSpace(callVerb(t, (*cli).run, id, "--detach", "--key", "k1", "make")); again != cmdID {
 			t.Errorf("the same key gave %s, then %s", cmdID, again)
 		}
-		<-a.fake.started
-		a.fake.emit(t, "default", cmdID, out1(bothy.EventStdout, "1\n"), out1(bothy.EventStderr, "2\n"), out1(bothy.EventStdout, "3\n"))
+		<-a.fake.Started()
+		a.fake.Emit(t, "default", cmdID, out1(bothy.EventStdout, "1\n"), out1(bothy.EventStderr, "2\n"), out1(bothy.EventStdout, "3\n"))
 		if got := callVerb(t, (*cli).logs, cmdID); got != "1\n3\n" {
 			t.Errorf("logs printed %q", got)
 		}
@@ -301,8 +302,8 @@ func TestCLI_Run(t *testing.T) {
 		waited := goVerb(t.Context(), c, (*cli).wait, cmdID)
 		fc, fout, _ := testCLI("")
 		followed := goVerb(t.Context(), fc, (*cli).logs, cmdID, "--follow", "--after", "1")
-		a.fake.emit(t, "default", cmdID, out1(bothy.EventStdout, "4\n"))
-		a.fake.finish(t, "default", cmdID, bothy.CommandFailed, 0)
+		a.fake.Emit(t, "default", cmdID, out1(bothy.EventStdout, "4\n"))
+		a.fake.Finish(t, "default", cmdID, bothy.CommandFailed, 0)
 		wantExit(t, <-waited, 1)
 		if err := <-followed; err != nil || fout.String() != "3\n4\n" {
 			t.Errorf("logs --follow: %q, %v", fout, err)
@@ -314,13 +315,13 @@ func TestCLI_Run(t *testing.T) {
 		a.mu.Unlock()
 		c, out, _ := testCLI("")
 		done := goVerb(t.Context(), c, (*cli).run, id, "seq", "5")
-		cmdID := <-a.fake.started
+		cmdID := <-a.fake.Started()
 		var evs []bothy.Event
 		for _, s := range []string{"1\n", "2\n", "3\n", "4\n", "5\n"} {
 			evs = append(evs, out1(bothy.EventStdout, s))
 		}
-		a.fake.emit(t, "default", cmdID, evs...)
-		a.fake.finish(t, "default", cmdID, bothy.CommandCompleted, 0)
+		a.fake.Emit(t, "default", cmdID, evs...)
+		a.fake.Finish(t, "default", cmdID, bothy.CommandCompleted, 0)
 		wantExit(t, <-done, 0)
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -333,13 +334,13 @@ func TestCLI_Run(t *testing.T) {
 		defer interrupt()
 		c, out, errb := testCLI("")
 		done := goVerb(ctx, c, (*cli).run, id, "sleep", "1000")
-		cmdID := <-a.fake.started
-		a.fake.emit(t, "default", cmdID, out1(bothy.EventStdout, "started\n"))
+		cmdID := <-a.fake.Started()
+		a.fake.Emit(t, "default", cmdID, out1(bothy.EventStdout, "started\n"))
 		<-out.wrote
 		interrupt()
 		wantExit(t, <-done, 1)
-		if !a.fake.called("cancel "+cmdID) || !strings.Contains(errb.String(), "cancelling "+cmdID) || !strings.Contains(errb.String(), "cancelled") {
-			t.Errorf("after an interrupt: calls %v, stderr %q", a.fake.calls, errb)
+		if !a.fake.Called("cancel "+cmdID) || !strings.Contains(errb.String(), "cancelling "+cmdID) || !strings.Contains(errb.String(), "cancelled") {
+			t.Errorf("after an interrupt: calls %v, stderr %q", a.fake.Calls(), errb)
 		}
 	})
 	t.Run("ErrTooLarge", func(t *testing.T) {
@@ -355,7 +356,7 @@ func TestCLI_Run(t *testing.T) {
 		if err := c.run(t.Context(), []string{id, "--stdin=false", "--detach", "true"}); err != nil {
 			t.Errorf("run --stdin=false: %v", err)
 		}
-		<-a.fake.started
+		<-a.fake.Started()
 	})
 	t.Run("ErrUsage", func(t *testing.T) {
 		c, _, _ := testCLI("")

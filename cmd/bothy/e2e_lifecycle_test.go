@@ -236,17 +236,7 @@ func TestE2E_IdleStop(t *testing.T) {
 	a := newAPI(t, s, serverToken(t, s, data))
 	c := a.create("idle")
 	a.run(c.ID, bothy.RunRequest{Script: "echo kept > idle.txt", Wait: true})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var got bothy.Computer
-		a.must("GET", "/v1/computers/"+c.ID, nil, &got)
-		if got.State == bothy.StateCold {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("still %s 30 s after the idle timeout", got.State)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	a.waitState(c.ID, bothy.StateCold)
 	checkNoResidue(t, data)
 	if got := a.readFile(c.ID, "idle.txt"); got != "kept\n" {
 		t.Fatalf("idle.txt = %q", got)
@@ -320,14 +310,7 @@ func TestE2E_MaxLifetime(t *testing.T) {
 	if got := a.wait(cmd.ID); got.State != bothy.CommandCancelled {
 		t.Fatalf("the command outliving the lease is %s, want cancelled", got.State)
 	}
-	var got bothy.Computer
-	deadline := time.Now().Add(30 * time.Second)
-	for a.must("GET", "/v1/computers/"+c.ID, nil, &got); got.State != bothy.StateCold; a.must("GET", "/v1/computers/"+c.ID, nil, &got) {
-		if time.Now().After(deadline) {
-			t.Fatalf("computer still %s", got.State)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	a.waitState(c.ID, bothy.StateCold)
 	checkNoResidue(t, data)
 	destroyAll(t, a, data)
 	s.stop(t)

@@ -128,6 +128,23 @@ func (a *apiClient) wait(id string) *bothy.Command {
 	}
 }
 
+// waitState polls the computer until it is in state (bounded: 30 s) and
+// returns it.
+func (a *apiClient) waitState(id, state string) *bothy.Computer {
+	a.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var c bothy.Computer
+		a.must("GET", "/v1/computers/"+id, nil, &c)
+		if c.State == state {
+			return &c
+		} else if time.Now().After(deadline) {
+			a.t.Fatalf("computer %s still %s after 30 s, want %s", id, c.State, state)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (a *apiClient) readFile(id, path string) string {
 	a.t.Helper()
 	st, raw := a.call("GET", "/v1/computers/"+id+"/files/"+path, nil, nil)
@@ -459,21 +476,7 @@ func startAgent(t *testing.T, s *server, data, agentData string) *server {
 	t.Helper()
 	cmd := bothyCmd(t, "agent", "--control", s.url, "--agent-token-file", filepath.Join(data, "agent.token"),
 		"--data", agentData, "--blobs", filepath.Join(data, "blobs"))
-	ag := &server{cmd: cmd, stderr: &bytes.Buffer{}}
-	cmd.Stderr = ag.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("bothy agent stderr:\n%s", ag.stderr)
-		}
-	})
-	return ag
+	return startProcess(t, "agent", cmd)
 }
 
 // TestE2E_AgentCrash runs the agent as its own process, dialing out to a

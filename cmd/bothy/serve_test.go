@@ -60,20 +60,7 @@ func startServeWith(t *testing.T, data string, env []string, args ...string) *se
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &server{cmd: cmd, stderr: &bytes.Buffer{}}
-	cmd.Stderr = s.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-		if t.Failed() {
-			t.Logf("bothy serve stderr:\n%s", s.stderr)
-		}
-	})
+	s := startProcess(t, "serve", cmd)
 	lines := make(chan []string, 1)
 	go func() {
 		var ls []string
@@ -97,6 +84,28 @@ func startServeWith(t *testing.T, data string, env []string, args ...string) *se
 	case <-time.After(30 * time.Second):
 		t.Fatalf("bothy serve printed nothing in 30s; stderr:\n%s", s.stderr)
 	}
+	return s
+}
+
+// startProcess starts cmd, a `bothy NAME` command, with its stderr in the
+// returned server; at the end of the test it kills the process if it still
+// runs and, if the test failed, logs its stderr.
+func startProcess(t *testing.T, name string, cmd *exec.Cmd) *server {
+	t.Helper()
+	s := &server{cmd: cmd, stderr: &bytes.Buffer{}}
+	cmd.Stderr = s.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("bothy %s stderr:\n%s", name, s.stderr)
+		}
+	})
 	return s
 }
 
