@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/postgres"
 	"github.com/bothyhq/bothy/postgres/pgtest"
 	"github.com/bothyhq/bothy/sqlite"
 )
@@ -347,11 +348,14 @@ func TestE2E_FilesSurviveStopAndRestart(t *testing.T) {
 // computer is released with an empty residue.
 func checkLeasesReleased(t *testing.T, data string, storeArgs []string, computerID string) {
 	t.Helper()
-	if len(storeArgs) > 0 {
-		return // the PostgreSQL database is checked through the API only
-	}
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(data, "bothy.db"))
+	var st bothy.Store
+	var err error
+	if len(storeArgs) == 2 && storeArgs[0] == "--store" {
+		st, err = postgres.Open(ctx, storeArgs[1])
+	} else {
+		st, err = sqlite.Open(ctx, filepath.Join(data, "bothy.db"))
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
