@@ -94,6 +94,10 @@ type Limits struct {
 	MemoryBytes int64 `json:"memory_bytes,omitempty"` // resident memory; exceeding it OOM-kills
 	Pids        int64 `json:"pids,omitempty"`         // processes and threads at once
 	CPUMillis   int64 `json:"cpu_millis,omitempty"`   // CPU time per wall time, in thousandths of a CPU
+	// ScratchBytes bounds what commands write: a single file may not grow
+	// past it (the write fails with EFBIG), and a command whose lease's
+	// writable layer grows past it is killed and reported DiskLimited.
+	ScratchBytes int64 `json:"scratch_bytes,omitempty"`
 }
 
 // LeaseSpec describes the sandbox of one lease.
@@ -105,6 +109,11 @@ type LeaseSpec struct {
 	// caller, that commands see as their workspace.
 	Workspace string
 	Limits    Limits
+	// NetNS, if set, is the path of a network namespace prepared by the
+	// caller (egress.Network: a veth whose only reachable address is the
+	// egress broker); the sandbox joins it instead of a namespace of its
+	// own with only a loopback interface. The caller removes it after Stop.
+	NetNS string
 	// Env is set for every command of the lease, under ExecSpec.Env. It is
 	// kept in the handle, so it must hold no secret.
 	Env map[string]string
@@ -120,7 +129,9 @@ func (s *LeaseSpec) Validate() error {
 		return Errorf(EINVALID, "lease generation must be at least 1")
 	} else if s.Workspace == "" || !path.IsAbs(s.Workspace) {
 		return Errorf(EINVALID, "lease workspace must be an absolute directory")
-	} else if s.Limits.MemoryBytes < 0 || s.Limits.Pids < 0 || s.Limits.CPUMillis < 0 {
+	} else if s.NetNS != "" && !path.IsAbs(s.NetNS) {
+		return Errorf(EINVALID, "lease network namespace must be an absolute path")
+	} else if s.Limits.MemoryBytes < 0 || s.Limits.Pids < 0 || s.Limits.CPUMillis < 0 || s.Limits.ScratchBytes < 0 {
 		return Errorf(EINVALID, "lease limits must not be negative")
 	}
 	return validateEnv(s.Env)
@@ -226,8 +237,45 @@ type ExecResult struct {
 	OOMKilled bool `json:"oom_killed,omitempty"`
 	// PidsLimited reports that the pids limit refused a fork while the
 	// command ran.
-	PidsLimited bool          `json:"pids_limited,omitempty"`
+	PidsLimited bool `json:"pids_limited,omitempty"`
+	// DiskLimited reports that the command hit the scratch limit: a write
+	// past Limits.ScratchBytes failed (EFBIG, SIGXFSZ) or the lease's
+	// writable layer grew past it and the command was killed.
+	DiskLimited bool          `json:"disk_limited,omitempty"`
 	Duration    time.Duration `json:"duration"`
+	// Usage is what the command's processes consumed while it ran.
+	Usage Usage `json:"usage"`
+}
+
+// Usage is what a command or a lease consumed: integers only, so that it
+// can be stated in a receipt.
+type Usage struct {
+	// CPUMicros is user plus system CPU time, from cgroup accounting.
+	CPUMicros int64 `json:"cpu_us"`
+	// PeakMemoryBytes is the highest resident memory charged at once.
+	PeakMemoryBytes int64 `json:"peak_memory_bytes"`
+	// MemoryByteSeconds is resident memory integrated over wall time
+	// (sampled); divide by 2^30 for GiB-seconds.
+	MemoryByteSeconds int64 `json:"memory_byte_seconds"`
+	// BytesWritten is the size of the files the command created or
+	// changed in the workspace, as the checkpoint after it found them.
+	BytesWritten int64 `json:"bytes_written"`
+	// NetworkBytes is what went through the egress broker for the lease
+	// while the command ran, both directions.
+	NetworkBytes int64 `json:"network_bytes"`
+	// WallMillis is the wall time.
+	WallMillis int64 `json:"wall_ms"`
+}
+
+// Add adds u2 to u: CPU, memory-seconds, bytes and wall time sum, the
+// peak is the larger peak.
+func (u *Usage) Add(u2 Usage) {
+	u.CPUMicros += u2.CPUMicros
+	u.PeakMemoryBytes = max(u.PeakMemoryBytes, u2.PeakMemoryBytes)
+	u.MemoryByteSeconds += u2.MemoryByteSeconds
+	u.BytesWritten += u2.BytesWritten
+	u.NetworkBytes += u2.NetworkBytes
+	u.WallMillis += u2.WallMillis
 }
 
 // Residue is the evidence of a sandbox's teardown: what was found left
@@ -261,6 +309,7 @@ type SandboxHandle struct {
 	Generation int64             `json:"generation"`
 	Workspace  string            `json:"workspace"`
 	Limits     Limits            `json:"limits"`
+	NetNS      string            `json:"netns,omitempty"`
 	Env        map[string]string `json:"env,omitempty"`
 	// State is the provider's own fields, which only it reads.
 	State json.RawMessage `json:"state,omitempty"`
@@ -272,7 +321,7 @@ func NewSandboxHandle(provider string, spec LeaseSpec, state any) (*SandboxHandl
 	h := &SandboxHandle{
 		Version: SandboxHandleVersion, Provider: provider,
 		LeaseID: spec.LeaseID, ComputerID: spec.ComputerID, Generation: spec.Generation,
-		Workspace: spec.Workspace, Limits: spec.Limits, Env: spec.Env,
+		Workspace: spec.Workspace, Limits: spec.Limits, NetNS: spec.NetNS, Env: spec.Env,
 	}
 	if state != nil {
 		b, err := json.Marshal(state)
@@ -300,7 +349,7 @@ func DecodeSandboxHandle(b []byte, provider string) (*SandboxHandle, error) {
 	} else if h.Provider != provider {
 		return nil, Errorf(EINVALID, "sandbox handle is for provider %q, not %q", h.Provider, provider)
 	}
-	spec := LeaseSpec{LeaseID: h.LeaseID, ComputerID: h.ComputerID, Generation: h.Generation, Workspace: h.Workspace, Limits: h.Limits, Env: h.Env}
+	spec := LeaseSpec{LeaseID: h.LeaseID, ComputerID: h.ComputerID, Generation: h.Generation, Workspace: h.Workspace, Limits: h.Limits, NetNS: h.NetNS, Env: h.Env}
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
