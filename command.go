@@ -138,6 +138,15 @@ type Command struct {
 	// RevisionAfter is the revision committed by the checkpoint after the
 	// command, 0 if none.
 	RevisionAfter int64 `json:"revision_after,omitempty"`
+	// AuthorityDigest is the digest of the authority it was admitted under
+	// (Authority.Digest).
+	AuthorityDigest string `json:"authority_digest,omitempty"`
+	// Usage is what it consumed, set when it ends.
+	Usage Usage `json:"usage"`
+	// OOMKilled, PidsLimited and DiskLimited report the limits it hit.
+	OOMKilled   bool `json:"oom_killed,omitempty"`
+	PidsLimited bool `json:"pids_limited,omitempty"`
+	DiskLimited bool `json:"disk_limited,omitempty"`
 }
 
 // Validate reports whether c can be created.
@@ -211,6 +220,10 @@ type CommandUpdate struct {
 	OutputDigest  string
 	DurationMS    int64
 	RevisionAfter int64
+	// Usage, if set, is stored as the command's usage.
+	Usage *Usage
+	// OOMKilled, PidsLimited and DiskLimited are recorded when true.
+	OOMKilled, PidsLimited, DiskLimited bool
 	// StartedAt and FinishedAt default to now on entering running and a
 	// terminal state respectively.
 	StartedAt  time.Time

@@ -44,9 +44,17 @@ type Computer struct {
 	// Revision is the number of the current revision, 0 before the first commit.
 	Revision int64 `json:"revision"`
 	// RootDigest is the current revision's root tree digest ("" when empty).
-	RootDigest string    `json:"root_digest"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	RootDigest string `json:"root_digest"`
+	// Egress is what its commands may reach on the network; the zero
+	// value is none.
+	Egress EgressPolicy `json:"egress"`
+	// Authority is its creator's authority, snapshotted at creation: it
+	// bounds the computer's budget. Nil for computers of older servers.
+	Authority *Authority `json:"authority,omitempty"`
+	// Usage is the total of its commands' usage (computed when read).
+	Usage     Usage     `json:"usage"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Validate reports whether c can be created.
@@ -62,7 +70,7 @@ func (c *Computer) Validate() error {
 	} else if len(c.WorkJobID) > MaxWorkJobIDLen {
 		return Errorf(EINVALID, "work_job_id must be at most %d bytes", MaxWorkJobIDLen)
 	}
-	return nil
+	return c.Egress.Validate()
 }
 
 // ComputerFilter selects computers of one tenant. Empty fields match all.

@@ -67,23 +67,13 @@ const DefaultProfile = "standard"
 func (p *Principal) CanUseProfile(profile string) bool {
 	if p == nil {
 		return false
-	} else if slices.Contains(p.Scopes, ScopeAdmin) {
-		return true
 	}
-	named := false
-	for _, s := range p.Scopes {
-		if name, ok := strings.CutPrefix(s, ScopeProfilePrefix); ok {
-			if name == profile {
-				return true
-			}
-			named = true
-		}
-	}
-	return !named && profile == DefaultProfile
+	a := p.Authority()
+	return a.CanUseProfile(profile)
 }
 
 // ValidateScopes reports whether scopes is a non-empty list of known
-// scopes and profile scopes.
+// scopes and authority scopes (profile:, egress:, secret:, budget:).
 func ValidateScopes(scopes []string) error {
 	if len(scopes) == 0 {
 		return Errorf(EINVALID, "a token needs at least one scope")
@@ -95,8 +85,14 @@ func ValidateScopes(scopes []string) error {
 			}
 			continue
 		}
+		if ok, err := validateAuthorityScope(s); ok {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		if !slices.Contains(AllScopes, s) {
-			return Errorf(EINVALID, "unknown scope %q; known scopes: %s, and profile:NAME", s, strings.Join(AllScopes, ", "))
+			return Errorf(EINVALID, "unknown scope %q; known scopes: %s, profile:NAME, egress:allowlist|all, secret:NAME, budget:cpu-seconds|wall-seconds|bytes=N", s, strings.Join(AllScopes, ", "))
 		}
 	}
 	return nil

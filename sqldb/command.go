@@ -15,19 +15,33 @@ import (
 // stored as wall_millis.
 const commandColumns = `tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state,
 	exit_code, signal, lease_id, generation, last_seq, output_digest, truncated, created_at, dispatched_at, started_at,
-	finished_at, wall_millis, revision_after, work_job_id, revision_before`
+	finished_at, wall_millis, revision_after, work_job_id, revision_before, authority_digest, cpu_us, peak_memory_bytes,
+	memory_byte_seconds, bytes_written, network_bytes, limited`
 
 func scanCommand(r scanner) (*bothy.Command, error) {
 	c := &bothy.Command{}
 	var key, leaseID sql.NullString
 	var exit, gen sql.NullInt64
-	var argv, env string
+	var argv, env, limited string
+	u := &c.Usage
 	err := r.Scan(&c.TenantID, &c.ID, &c.ComputerID, &key, &argv, &c.Script, &c.Cwd, &env, &c.TimeoutMS, &c.State,
 		&exit, &c.Signal, &leaseID, &gen, &c.LastSeq, &c.OutputDigest, &c.Truncated, scanTime(&c.CreatedAt),
 		scanTime(&c.DispatchedAt), scanTime(&c.StartedAt), scanTime(&c.FinishedAt), &c.DurationMS, &c.RevisionAfter,
-		&c.WorkJobID, &c.RevisionBefore)
+		&c.WorkJobID, &c.RevisionBefore, &c.AuthorityDigest, &u.CPUMicros, &u.PeakMemoryBytes, &u.MemoryByteSeconds,
+		&u.BytesWritten, &u.NetworkBytes, &limited)
 	if err != nil {
 		return nil, err
+	}
+	u.WallMillis = c.DurationMS
+	for l := range strings.SplitSeq(limited, ",") {
+		switch l {
+		case "oom_killed":
+			c.OOMKilled = true
+		case "pids_limited":
+			c.PidsLimited = true
+		case "disk_limited":
+			c.DiskLimited = true
+		}
 	}
 	c.IdempotencyKey, c.LeaseID, c.Generation = key.String, leaseID.String, gen.Int64
 	if exit.Valid {
@@ -116,11 +130,11 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 		}
 		at := s.timeArg(created)
 		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO commands
-			(tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state, created_at, updated_at, work_job_id)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			(tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state, created_at, updated_at, work_job_id, authority_digest)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant_id, computer_id, idempotency_key) DO NOTHING`),
 			c.TenantID, c.ID, c.ComputerID, nullString(c.IdempotencyKey), argv, c.Script, c.Cwd, env, c.TimeoutMS,
-			bothy.CommandAdmitted, at, at, c.WorkJobID)
+			bothy.CommandAdmitted, at, at, c.WorkJobID, c.AuthorityDigest)
 		if err != nil {
 			return s.conflict(err, "command %q already exists", c.ID)
 		}
@@ -140,7 +154,7 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 	*c = bothy.Command{
 		ID: c.ID, TenantID: c.TenantID, ComputerID: c.ComputerID, IdempotencyKey: c.IdempotencyKey, WorkJobID: c.WorkJobID,
 		Argv: nilIfEmpty(c.Argv), Script: c.Script, Cwd: c.Cwd, EnvNames: nilIfEmpty(c.EnvNames), TimeoutMS: c.TimeoutMS,
-		State: bothy.CommandAdmitted, CreatedAt: created,
+		State: bothy.CommandAdmitted, CreatedAt: created, AuthorityDigest: c.AuthorityDigest,
 	}
 	return true, nil
 }
@@ -307,6 +321,13 @@ func (s *DB) TransitionCommand(ctx context.Context, tenantID, id string, from []
 		if u.RevisionAfter != 0 {
 			set, args = append(set, "revision_after = ?"), append(args, u.RevisionAfter)
 		}
+		if us := u.Usage; us != nil {
+			set = append(set, "cpu_us = ?", "peak_memory_bytes = ?", "memory_byte_seconds = ?", "bytes_written = ?", "network_bytes = ?")
+			args = append(args, us.CPUMicros, us.PeakMemoryBytes, us.MemoryByteSeconds, us.BytesWritten, us.NetworkBytes)
+		}
+		if limited := limitedList(u); limited != "" {
+			set, args = append(set, "limited = ?"), append(args, limited)
+		}
 		switch {
 		case to == bothy.CommandRunning:
 			started := u.StartedAt
@@ -366,4 +387,19 @@ func staleGeneration(c *bothy.Command, generation int64) error {
 		return bothy.Errorf(bothy.ECONFLICT, "command %q is not dispatched, so generation %d may not write it", c.ID, generation)
 	}
 	return bothy.Errorf(bothy.ECONFLICT, "command %q is of generation %d, not %d", c.ID, c.Generation, generation)
+}
+
+// limitedList is the limited column for u's limit flags.
+func limitedList(u bothy.CommandUpdate) string {
+	var l []string
+	if u.OOMKilled {
+		l = append(l, "oom_killed")
+	}
+	if u.PidsLimited {
+		l = append(l, "pids_limited")
+	}
+	if u.DiskLimited {
+		l = append(l, "disk_limited")
+	}
+	return strings.Join(l, ",")
 }

@@ -3,6 +3,7 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -10,7 +11,18 @@ import (
 )
 
 // computerColumns is the column list that scanComputer reads.
-const computerColumns = `tenant_id, id, owner, conversation_id, label, profile, state, generation, revision, root_digest, created_at, updated_at, work_job_id`
+const computerColumns = `tenant_id, id, owner, conversation_id, label, profile, state, generation, revision, root_digest, created_at, updated_at, work_job_id, egress, authority`
+
+// computerSelect reads computerColumns and the usage totals of the
+// computer's commands.
+const computerSelect = `SELECT ` + computerColumns + `,
+	(SELECT COALESCE(SUM(cpu_us), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id),
+	(SELECT COALESCE(MAX(peak_memory_bytes), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id),
+	(SELECT COALESCE(SUM(memory_byte_seconds), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id),
+	(SELECT COALESCE(SUM(bytes_written), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id),
+	(SELECT COALESCE(SUM(network_bytes), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id),
+	(SELECT COALESCE(SUM(wall_millis), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id)
+	FROM computers`
 
 // CreateComputer stores c with State cold, Generation 0 and Revision 0 unless
 // set, and fills CreatedAt (if zero) and UpdatedAt. An existing ID returns
@@ -28,17 +40,28 @@ func (s *DB) CreateComputer(ctx context.Context, c *bothy.Computer) error {
 	if c.Generation < 0 || c.Revision < 0 {
 		return fmt.Errorf("create computer: %w", bothy.Errorf(bothy.EINVALID, "computer generation and revision must not be negative"))
 	}
+	c.Egress.Normalize()
+	egress, err := json.Marshal(c.Egress)
+	if err != nil {
+		return fmt.Errorf("create computer: %w", err)
+	}
+	var authority []byte
+	if c.Authority != nil {
+		if authority, err = json.Marshal(c.Authority); err != nil {
+			return fmt.Errorf("create computer: %w", err)
+		}
+	}
 	created := fillTime(c.CreatedAt)
-	err := s.withTx(ctx, func(tx *sql.Tx) error {
+	err = s.withTx(ctx, func(tx *sql.Tx) error {
 		var n int
 		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM tenants WHERE id = ?`), c.TenantID).Scan(&n); err != nil {
 			return err
 		} else if n == 0 {
 			return bothy.Errorf(bothy.ENOTFOUND, "tenant %q not found", c.TenantID)
 		}
-		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
+		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			c.TenantID, c.ID, c.Owner, c.ConversationID, c.Label, c.Profile, state, c.Generation, c.Revision, c.RootDigest,
-			s.timeArg(created), s.timeArg(created), c.WorkJobID)
+			s.timeArg(created), s.timeArg(created), c.WorkJobID, string(egress), string(authority))
 		return s.conflict(err, "computer %q already exists", c.ID)
 	})
 	if err != nil {
@@ -53,10 +76,25 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanComputer(r scanner) (*bothy.Computer, error) {
 	c := &bothy.Computer{}
+	var egress, authority string
+	u := &c.Usage
 	err := r.Scan(&c.TenantID, &c.ID, &c.Owner, &c.ConversationID, &c.Label, &c.Profile, &c.State,
-		&c.Generation, &c.Revision, &c.RootDigest, scanTime(&c.CreatedAt), scanTime(&c.UpdatedAt), &c.WorkJobID)
+		&c.Generation, &c.Revision, &c.RootDigest, scanTime(&c.CreatedAt), scanTime(&c.UpdatedAt), &c.WorkJobID,
+		&egress, &authority, &u.CPUMicros, &u.PeakMemoryBytes, &u.MemoryByteSeconds, &u.BytesWritten, &u.NetworkBytes, &u.WallMillis)
 	if err != nil {
 		return nil, err
+	}
+	if egress != "" {
+		if err := json.Unmarshal([]byte(egress), &c.Egress); err != nil {
+			return nil, fmt.Errorf("computer %q egress: %w", c.ID, err)
+		}
+	}
+	c.Egress.Normalize()
+	if authority != "" {
+		c.Authority = new(bothy.Authority)
+		if err := json.Unmarshal([]byte(authority), c.Authority); err != nil {
+			return nil, fmt.Errorf("computer %q authority: %w", c.ID, err)
+		}
 	}
 	return c, nil
 }
@@ -76,7 +114,7 @@ type queryer interface {
 }
 
 func (s *DB) findComputer(ctx context.Context, q queryer, tenantID, id string) (*bothy.Computer, error) {
-	row := q.QueryRowContext(ctx, s.q(`SELECT `+computerColumns+` FROM computers WHERE tenant_id = ? AND id = ?`), tenantID, id)
+	row := q.QueryRowContext(ctx, s.q(computerSelect+` WHERE tenant_id = ? AND id = ?`), tenantID, id)
 	c, err := scanComputer(row)
 	return c, notFound(err, "computer %q not found", id)
 }
@@ -100,7 +138,7 @@ func (s *DB) ListComputers(ctx context.Context, tenantID string, f bothy.Compute
 		where, args = append(where, "state = ?"), append(args, f.State)
 	}
 	args = append(args, limit, offset)
-	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+computerColumns+` FROM computers WHERE `+
+	rows, err := s.db.QueryContext(ctx, s.q(computerSelect+` WHERE `+
 		strings.Join(where, " AND ")+` ORDER BY created_at, id LIMIT ? OFFSET ?`), args...)
 	if err != nil {
 		return nil, fmt.Errorf("list computers: %w", err)

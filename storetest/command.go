@@ -77,6 +77,14 @@ func checkCommand(t *testing.T, got, want *bothy.Command) {
 		}
 		*p.g, *p.w = time.Time{}, time.Time{}
 	}
+	// A command's wall time is its duration: an expectation built by hand
+	// may leave it out.
+	if w.Usage.WallMillis == 0 {
+		w.Usage.WallMillis = w.DurationMS
+	}
+	if g.Usage.WallMillis != g.DurationMS {
+		t.Errorf("command %s: usage wall_ms %d, duration_ms %d", want.ID, g.Usage.WallMillis, g.DurationMS)
+	}
 	if !reflect.DeepEqual(g, w) {
 		t.Errorf("command = %+v\nwant      %+v", g, w)
 	}
@@ -117,6 +125,39 @@ func testCommands(t *testing.T, open opener) {
 		want.State, want.CreatedAt = bothy.CommandAdmitted, c.CreatedAt
 		checkCommand(t, c, want)
 		checkCommand(t, mustFindCommand(t, s, "acme", "cmd1"), want)
+	})
+
+	run(t, "TransitionCommand/UsageAndLimits", func(t *testing.T) {
+		s, _ := journalSetup(t, open)
+		mustTransition(t, s, "acme", "cmd1", []string{bothy.CommandDispatched}, bothy.CommandRunning, bothy.CommandUpdate{Generation: 1})
+		use := bothy.Usage{CPUMicros: 1500000, PeakMemoryBytes: 64 << 20, MemoryByteSeconds: 3 << 20, BytesWritten: 4096, NetworkBytes: 77}
+		code := 137
+		got := mustTransition(t, s, "acme", "cmd1", []string{bothy.CommandRunning}, bothy.CommandFailed, bothy.CommandUpdate{
+			Generation: 1, ExitCode: &code, DurationMS: 2500, Usage: &use, OOMKilled: true, DiskLimited: true})
+		use.WallMillis = 2500
+		if got.Usage != use || !got.OOMKilled || got.PidsLimited || !got.DiskLimited {
+			t.Errorf("usage %+v limits %v %v %v, want %+v and oom, disk", got.Usage, got.OOMKilled, got.PidsLimited, got.DiskLimited, use)
+		}
+		checkCommand(t, mustFindCommand(t, s, "acme", "cmd1"), got)
+
+		// The computer's usage is the total of its commands'.
+		mustCreateCommand(t, s, newCommand("acme", "c1", "cmd2", "k2"))
+		if _, err := s.DispatchCommand(t.Context(), "acme", "cmd2", "l1", 1); err != nil {
+			t.Fatal(err)
+		}
+		mustTransition(t, s, "acme", "cmd2", []string{bothy.CommandDispatched}, bothy.CommandRunning, bothy.CommandUpdate{Generation: 1})
+		use2 := bothy.Usage{CPUMicros: 500000, PeakMemoryBytes: 1 << 20, MemoryByteSeconds: 1 << 20, BytesWritten: 4, NetworkBytes: 3}
+		mustTransition(t, s, "acme", "cmd2", []string{bothy.CommandRunning}, bothy.CommandCompleted, bothy.CommandUpdate{
+			Generation: 1, ExitCode: new(int), DurationMS: 500, Usage: &use2})
+		want := use
+		use2.WallMillis = 500
+		want.Add(use2)
+		if c := mustFindComputer(t, s, "acme", "c1"); c.Usage != want {
+			t.Errorf("computer usage %+v, want %+v", c.Usage, want)
+		}
+		if cs, err := s.ListComputers(t.Context(), "acme", bothy.ComputerFilter{}); err != nil || len(cs) != 1 || cs[0].Usage != want {
+			t.Errorf("listed computer usage %+v (%v), want %+v", cs, err, want)
+		}
 	})
 
 	run(t, "CreateCommand/Script", func(t *testing.T) {

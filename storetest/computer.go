@@ -37,6 +37,31 @@ func testComputers(t *testing.T, open opener) {
 		}
 	})
 
+	run(t, "CreateComputer/EgressAndAuthority", func(t *testing.T) {
+		s := open(t)
+		mustCreateTenant(t, s, "acme")
+		auth := &bothy.Authority{Profiles: []string{"standard"}, Egress: bothy.EgressAllowlist, Secrets: []string{"gh"},
+			Budget: bothy.Budget{CPUSeconds: 60, WallSeconds: 10, Bytes: 1 << 20}}
+		c := mustCreateComputer(t, s, "acme", &bothy.Computer{ID: "c1", Authority: auth,
+			Egress: bothy.EgressPolicy{Mode: bothy.EgressAllowlist, Allow: []string{"Example.com:443", "*.test:*"}}})
+		got := mustFindComputer(t, s, "acme", "c1")
+		checkComputer(t, got, c)
+		if want := []string{"example.com:443", "*.test:*"}; !reflect.DeepEqual(got.Egress.Allow, want) || got.Egress.Mode != bothy.EgressAllowlist {
+			t.Errorf("egress %+v, want allowlist %q", got.Egress, want)
+		}
+		if !reflect.DeepEqual(got.Authority, auth) {
+			t.Errorf("authority %+v, want %+v", got.Authority, auth)
+		}
+		// The zero policy is stored as none; no authority reads back nil.
+		mustCreateComputer(t, s, "acme", &bothy.Computer{ID: "c2"})
+		if got := mustFindComputer(t, s, "acme", "c2"); got.Egress.Mode != bothy.EgressNone || got.Authority != nil {
+			t.Errorf("default egress %+v authority %v, want none and nil", got.Egress, got.Authority)
+		}
+		err := s.CreateComputer(t.Context(), &bothy.Computer{ID: "c3", TenantID: "acme", Profile: "standard",
+			Egress: bothy.EgressPolicy{Mode: bothy.EgressAllowlist}})
+		wantCode(t, err, bothy.EINVALID)
+	})
+
 	run(t, "CreateComputer/ErrConflict", func(t *testing.T) {
 		s := open(t)
 		mustCreateTenant(t, s, "acme")

@@ -1,0 +1,22 @@
+-- The security boundary: egress policy and authority snapshots, usage and
+-- limits per command.
+
+-- The computer's egress policy (JSON bothy.EgressPolicy; '' is none) and
+-- the authority of its creator (JSON bothy.Authority), snapshotted when it
+-- was created.
+ALTER TABLE computers ADD COLUMN egress TEXT NOT NULL DEFAULT '';
+ALTER TABLE computers ADD COLUMN authority TEXT NOT NULL DEFAULT '';
+-- The digest of the authority a command was admitted under.
+ALTER TABLE commands ADD COLUMN authority_digest TEXT NOT NULL DEFAULT '';
+-- The secrets a command asked for (JSON [bothy.SecretRef]): names only,
+-- never values.
+ALTER TABLE commands ADD COLUMN secrets TEXT NOT NULL DEFAULT '';
+-- What the command consumed (bothy.Usage; wall time is wall_millis).
+ALTER TABLE commands ADD COLUMN cpu_us INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE commands ADD COLUMN peak_memory_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE commands ADD COLUMN memory_byte_seconds INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE commands ADD COLUMN bytes_written INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE commands ADD COLUMN network_bytes INTEGER NOT NULL DEFAULT 0;
+-- The limits the command hit: a comma-separated list of oom_killed,
+-- pids_limited and disk_limited.
+ALTER TABLE commands ADD COLUMN limited TEXT NOT NULL DEFAULT '';
