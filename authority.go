@@ -162,3 +162,39 @@ func parseBudgetScope(s string) (string, int64, error) {
 	}
 	return name, n, nil
 }
+
+// AdmitRun checks a run request on comp against the caller's authority
+// (req.Authority; nil is the server itself) and the computer's budget,
+// which its creator's authority set. A profile the caller may not use is
+// EFORBIDDEN, as is a computer whose CPU budget is spent. It caps
+// req.TimeoutMS at the wall-time budgets of the caller and the computer.
+func AdmitRun(comp *Computer, req *RunRequest) error {
+	budgets := []Budget{}
+	if a := req.Authority; a != nil {
+		if !a.CanUseProfile(comp.Profile) {
+			return Errorf(EFORBIDDEN, "this token may not use profile %q (it needs the scope %s%s)", comp.Profile, ScopeProfilePrefix, comp.Profile)
+		}
+		budgets = append(budgets, a.Budget)
+	}
+	if comp.Authority != nil {
+		budgets = append(budgets, comp.Authority.Budget)
+	}
+	for _, b := range budgets {
+		if b.CPUSeconds > 0 && comp.Usage.CPUMicros >= b.CPUSeconds*1e6 {
+			return Errorf(EFORBIDDEN, "computer %s has used its CPU budget of %d seconds", comp.ID, b.CPUSeconds)
+		}
+		if wall := b.WallSeconds * 1000; wall > 0 && (req.TimeoutMS == 0 || req.TimeoutMS > wall) {
+			req.TimeoutMS = wall
+		}
+	}
+	return nil
+}
+
+// ScratchBytes returns the scratch limit of a lease of comp: the server's
+// limit, lowered to the bytes budget of the computer's creator.
+func ScratchBytes(comp *Computer, server int64) int64 {
+	if comp.Authority != nil && comp.Authority.Budget.Bytes > 0 && (server == 0 || comp.Authority.Budget.Bytes < server) {
+		return comp.Authority.Budget.Bytes
+	}
+	return server
+}

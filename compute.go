@@ -30,6 +30,10 @@ type RunRequest struct {
 	WorkJobID string `json:"work_job_id,omitempty"`
 	// Wait asks the API to answer only when the command has ended.
 	Wait bool `json:"wait,omitempty"`
+	// Authority is the caller's, set by the API from its token, never
+	// from the request body. Nil is the server itself (tests, benchmarks):
+	// only the computer's own budget applies.
+	Authority *Authority `json:"-"`
 }
 
 // Validate reports whether r can be admitted.

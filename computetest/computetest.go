@@ -114,6 +114,8 @@ func (f *Fake) RunCommand(ctx context.Context, tenantID, computerID string, req 
 		return nil, false, err
 	} else if c.State == bothy.StateDestroyed {
 		return nil, false, bothy.Errorf(bothy.ECONFLICT, "computer %q is destroyed", computerID)
+	} else if err := bothy.AdmitRun(c, &req); err != nil {
+		return nil, false, err
 	}
 	var names []string
 	for k := range req.Env {

@@ -22,10 +22,15 @@ func (c *Controller) RunCommand(ctx context.Context, tenantID, computerID string
 		return nil, false, bothy.Errorf(bothy.ECONFLICT, "computer %q is destroyed", computerID)
 	} else if _, ok := c.cfg.Profiles[comp.Profile]; !ok {
 		return nil, false, bothy.Errorf(bothy.ECONFLICT, "no provider serves profile %q on this server", comp.Profile)
+	} else if err := bothy.AdmitRun(comp, &req); err != nil {
+		return nil, false, err
 	}
 	cmd := &bothy.Command{
 		ID: newID("cmd_"), TenantID: tenantID, ComputerID: computerID, IdempotencyKey: req.IdempotencyKey,
 		WorkJobID: cmp.Or(req.WorkJobID, comp.WorkJobID), Argv: req.Argv, Script: req.Script, Cwd: req.Cwd, TimeoutMS: req.TimeoutMS,
+	}
+	if req.Authority != nil {
+		cmd.AuthorityDigest = req.Authority.Digest()
 	}
 	for name := range req.Env {
 		cmd.EnvNames = append(cmd.EnvNames, name)

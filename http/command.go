@@ -45,15 +45,11 @@ func (s *Server) handleRunCommand(w nethttp.ResponseWriter, r *nethttp.Request, 
 		return err
 	}
 	ctx := r.Context()
-	// The caller's authority must include the computer's profile: a token
+	// Admission checks the caller's authority (bothy.AdmitRun): a token
 	// limited to one profile cannot run on a computer someone created with
 	// another.
-	comp, err := s.store.FindComputer(ctx, p.TenantID, r.PathValue("id"))
-	if err != nil {
-		return err
-	} else if !p.CanUseProfile(comp.Profile) {
-		return bothy.Errorf(bothy.EFORBIDDEN, "this token may not use profile %q (it needs the scope %s%s)", comp.Profile, bothy.ScopeProfilePrefix, comp.Profile)
-	}
+	auth := p.Authority()
+	req.Authority = &auth
 	cmd, created, err := s.compute.RunCommand(ctx, p.TenantID, r.PathValue("id"), req)
 	if err != nil {
 		return err

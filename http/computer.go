@@ -14,6 +14,8 @@ type CreateComputerRequest struct {
 	ConversationID string `json:"conversation_id,omitempty"`
 	// WorkJobID is the caller's external reference, stated in receipts.
 	WorkJobID string `json:"work_job_id,omitempty"`
+	// Egress is what its commands may reach; default none.
+	Egress bothy.EgressPolicy `json:"egress"`
 }
 
 // ComputerList is the body of a computer listing.
@@ -36,12 +38,19 @@ func (s *Server) handleCreateComputer(w nethttp.ResponseWriter, r *nethttp.Reque
 	}
 	if !slices.Contains(s.opts.Profiles, req.Profile) {
 		return bothy.Errorf(bothy.EINVALID, "unknown profile %q", req.Profile)
-	} else if !p.CanUseProfile(req.Profile) {
+	}
+	auth := p.Authority()
+	if !auth.CanUseProfile(req.Profile) {
 		return bothy.Errorf(bothy.EFORBIDDEN, "this token may not use profile %q (it needs the scope %s%s)", req.Profile, bothy.ScopeProfilePrefix, req.Profile)
+	} else if err := req.Egress.Validate(); err != nil {
+		return err
+	} else if !auth.CanUseEgress(req.Egress.Mode) {
+		return bothy.Errorf(bothy.EFORBIDDEN, "this token may not create a computer with egress %q (its ceiling is %q; it needs the scope %s%s)", req.Egress.Mode, auth.Egress, bothy.ScopeEgressPrefix, req.Egress.Mode)
 	}
 	c := &bothy.Computer{
 		ID: newID("cmp_"), TenantID: p.TenantID, Owner: p.Owner, Profile: req.Profile,
 		Label: req.Label, ConversationID: req.ConversationID, WorkJobID: req.WorkJobID, State: bothy.StateCold,
+		Egress: req.Egress, Authority: &auth,
 	}
 	if err := s.store.CreateComputer(r.Context(), c); err != nil {
 		return err

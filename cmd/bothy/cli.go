@@ -129,8 +129,12 @@ func (c *cli) create(ctx context.Context, args []string) error {
 	fs.StringVar(&req.Profile, "profile", "", "profile (default: standard)")
 	fs.StringVar(&req.ConversationID, "conversation", "", "conversation id")
 	fs.StringVar(&req.WorkJobID, "work-job", "", "external reference (work_job_id), stated in receipts")
-	cl, _, err := c.verb(fs, &rf, args, -1, "bothy create [--label L] [--profile P] [--conversation C] [--work-job J]", nArgs(0))
+	egress := fs.String("egress", "none", "what commands may reach: none, all, or allow=HOST:PORT,... (*.DOMAIN and port * allowed)")
+	cl, _, err := c.verb(fs, &rf, args, -1, "bothy create [--label L] [--profile P] [--conversation C] [--work-job J] [--egress none|all|allow=HOST:PORT,...]", nArgs(0))
 	if err != nil {
+		return err
+	}
+	if req.Egress, err = parseEgressFlag(*egress); err != nil {
 		return err
 	}
 	cm, err := cl.CreateComputer(ctx, req)
@@ -255,4 +259,25 @@ func (e envFlag) Set(v string) error {
 	}
 	e[k] = val
 	return nil
+}
+
+// parseEgressFlag reads --egress: none, all, or allow=HOST:PORT,...
+func parseEgressFlag(v string) (bothy.EgressPolicy, error) {
+	var p bothy.EgressPolicy
+	switch {
+	case v == bothy.EgressNone || v == "":
+		p.Mode = bothy.EgressNone
+	case v == bothy.EgressAll:
+		p.Mode = bothy.EgressAll
+	case strings.HasPrefix(v, "allow="):
+		p.Mode = bothy.EgressAllowlist
+		for a := range strings.SplitSeq(strings.TrimPrefix(v, "allow="), ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				p.Allow = append(p.Allow, a)
+			}
+		}
+	default:
+		return p, bothy.Errorf(bothy.EINVALID, "--egress %q: want none, all or allow=HOST:PORT,...", v)
+	}
+	return p, p.Validate()
 }
