@@ -62,3 +62,25 @@ func TestAdmitRun(t *testing.T) {
 		t.Errorf("scratch %d, want 100", got)
 	}
 }
+
+func TestPolicy_Validate(t *testing.T) {
+	p := bothy.Policy{Profiles: map[string]string{"strong": "gvisor", "standard": "bwrap"}, EgressAllowPrivate: []string{"10.1.2.3/8"}}
+	if err := p.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if pf, _ := p.AllowPrivate(); pf[0].String() != "10.0.0.0/8" {
+		t.Errorf("prefix %v, want it masked", pf)
+	}
+	if names := p.ProfileNames(); !reflect.DeepEqual(names, []string{"standard", "strong"}) {
+		t.Errorf("names %q", names)
+	}
+	for _, bad := range []bothy.Policy{
+		{}, {Profiles: map[string]string{"a/b": "bwrap"}}, {Profiles: map[string]string{"a": ""}},
+		{Profiles: map[string]string{"a": "bwrap"}, Limits: bothy.Limits{ScratchBytes: -1}},
+		{Profiles: map[string]string{"a": "bwrap"}, EgressAllowPrivate: []string{"nope"}},
+	} {
+		if err := bad.Validate(); bothy.ErrorCode(err) != bothy.EINVALID {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+}

@@ -13,6 +13,7 @@
 package control
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -61,6 +62,9 @@ type Config struct {
 	Version string
 	// Limits are every lease's resource limits.
 	Limits bothy.Limits
+	// PolicyDigest names the server's policy in receipts; "" is the
+	// digest of Profiles alone.
+	PolicyDigest string
 	// LeaseTTL is how long a lease lives without a heartbeat (an agent's
 	// poll) before the reaper declares it lost.
 	LeaseTTL time.Duration
@@ -155,7 +159,7 @@ func New(store bothy.Store, cfg Config) *Controller {
 	}
 	return &Controller{
 		store: store, cfg: cfg, signer: cfg.Signer, log: cfg.Logger, now: time.Now,
-		receipts: cfg.Receipts, policyDigest: receipt.PolicyDigest(cfg.Profiles),
+		receipts: cfg.Receipts, policyDigest: cmp.Or(cfg.PolicyDigest, receipt.PolicyDigest(cfg.Profiles)),
 		version: 1, // above an agent's first poll (0), which is answered at once
 		wake:    make(chan struct{}), watch: map[string]*watch{},
 		agents: map[string]time.Time{}, leases: map[string]*leaseState{},

@@ -151,9 +151,10 @@ func (c *Controller) leaseWork(ctx context.Context, l *leaseState) (*runtime.Lea
 		LeaseID: l.id, TenantID: l.tenantID, ComputerID: l.computerID, Generation: l.generation, Provider: l.provider,
 		Credential: c.signer.Sign(runtime.Claims{TenantID: l.tenantID, ComputerID: l.computerID, LeaseID: l.id,
 			Generation: l.generation, Expires: expires}),
-		CredentialExpires: expires, HashKey: hashKey, Revision: comp.Revision, Limits: c.cfg.Limits,
+		CredentialExpires: expires, HashKey: hashKey, Revision: comp.Revision, Limits: c.cfg.Limits, Egress: comp.Egress,
 		Stop: stop || comp.State == bothy.StateStopping || comp.State == bothy.StateDestroyed, Checkpoint: ckpt,
 	}
+	w.Limits.ScratchBytes = bothy.ScratchBytes(comp, c.cfg.Limits.ScratchBytes)
 	if comp.Revision > 0 {
 		// Revisions never change: the lease keeps the last one it was
 		// sent, and only a new revision is read (polls are frequent).
@@ -529,6 +530,8 @@ func (c *Controller) Report(ctx context.Context, cred, commandID string, r *runt
 		case r.State == runtime.ReportFinished && r.Exit != nil:
 			code := r.Exit.ExitCode
 			u.ExitCode, u.Signal, u.DurationMS = &code, r.Exit.Signal, r.Exit.Duration.Milliseconds()
+			use := r.Exit.Usage
+			u.Usage, u.OOMKilled, u.PidsLimited, u.DiskLimited = &use, r.Exit.OOMKilled, r.Exit.PidsLimited, r.Exit.DiskLimited
 			switch {
 			case r.Exit.TimedOut:
 				to = bothy.CommandTimedOut

@@ -169,13 +169,14 @@ func Verify(encoded []byte, pub ed25519.PublicKey) (*bothy.ReceiptBody, error) {
 	return &rb, nil
 }
 
-// PolicyDigest returns the digest of a profile → provider map:
-// "sha256:" and the hex SHA-256 of its canonical JSON.
-func PolicyDigest(profiles map[string]string) string {
-	if profiles == nil {
-		profiles = map[string]string{}
+// PolicyDigest returns the digest of a server's policy (a bothy.Policy, or
+// a bare profile → provider map): "sha256:" and the hex SHA-256 of its
+// canonical JSON.
+func PolicyDigest(policy any) string {
+	if m, ok := policy.(map[string]string); ok && m == nil {
+		policy = map[string]string{}
 	}
-	b, _ := Canonical(profiles) // a map of strings always encodes
+	b, _ := Canonical(policy) // maps of strings and integer structs always encode
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -104,6 +104,10 @@ type LeaseWork struct {
 	Size       int64        `json:"size,omitempty"`
 	FileCount  int64        `json:"file_count,omitempty"`
 	Limits     bothy.Limits `json:"limits"`
+	// Egress is the computer's egress policy: the agent gives a lease
+	// whose mode is not none a network namespace whose only way out is
+	// its egress broker.
+	Egress bothy.EgressPolicy `json:"egress"`
 	// Stop asks the agent to checkpoint, tear the lease down and report it
 	// released.
 	Stop bool `json:"stop,omitempty"`

@@ -34,6 +34,9 @@ type Config struct {
 	Data  string
 	Store bothy.Store
 	Blobs bothy.BlobStore
+	// Policy, if set, is the server's policy: it sets Profiles and
+	// Control.Limits, and its digest is stated in receipts.
+	Policy *bothy.Policy
 	// Profiles maps profiles to provider names.
 	Profiles map[string]string
 	// AgentToken authenticates agents.
@@ -76,6 +79,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.AgentID = "local"
 	}
 	cc := cfg.Control
+	if p := cfg.Policy; p != nil {
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+		cfg.Profiles, cc.Limits, cc.PolicyDigest = p.Profiles, p.Limits, receipt.PolicyDigest(p)
+	}
 	cc.Profiles, cc.AgentToken, cc.Logger = cfg.Profiles, cfg.AgentToken, cfg.Logger
 	cc.Receipts, cc.Version = receipt.NewSigner(cfg.ReceiptKey), cfg.Version
 	ctl := control.New(cfg.Store, cc)

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,6 +30,10 @@ type runConfig struct {
 	memory       string
 	cpus         float64
 	pids         int64
+	scratch      string
+	allowPrivate string
+	policyFile   string
+	set          map[string]bool // flags given on the command line
 }
 
 func (rc *runConfig) register(fs *flag.FlagSet) {
@@ -39,6 +45,61 @@ func (rc *runConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&rc.memory, "lease-memory", "2GiB", "each lease's memory limit (KiB, MiB, GiB suffixes); exceeding it OOM-kills in that lease only")
 	fs.Float64Var(&rc.cpus, "lease-cpus", 1, "each lease's CPU limit, in CPUs (0.5 is half a CPU)")
 	fs.Int64Var(&rc.pids, "lease-pids", 4096, "each lease's limit on processes and threads at once")
+	fs.StringVar(&rc.scratch, "lease-scratch", "10GiB", "each lease's limit on what its commands write (a file may not grow past it; a command whose writes pass it is killed, disk_limited)")
+	fs.StringVar(&rc.allowPrivate, "egress-allow-private", "", "CIDR prefixes (comma-separated) the egress broker may reach although loopback or private; the metadata address stays denied")
+	fs.StringVar(&rc.policyFile, "policy", "", "policy file (JSON bothy.Policy: profiles, limits, egress_allow_private); replaces --profiles, --lease-* and --egress-allow-private")
+}
+
+// policy returns the server's policy: the --policy file, or one built from
+// the flags. A flag that the file would override is refused, so that the
+// policy in force is the one written down.
+func (rc *runConfig) policy(fs *flag.FlagSet) (*bothy.Policy, error) {
+	if rc.policyFile == "" {
+		profiles, err := rc.profiles()
+		if err != nil {
+			return nil, err
+		}
+		limits, err := rc.limits()
+		if err != nil {
+			return nil, err
+		}
+		p := &bothy.Policy{Profiles: profiles, Limits: limits}
+		for s := range strings.SplitSeq(rc.allowPrivate, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				p.EgressAllowPrivate = append(p.EgressAllowPrivate, s)
+			}
+		}
+		return p, p.Validate()
+	}
+	var clash []string
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "profiles", "lease-memory", "lease-cpus", "lease-pids", "lease-scratch", "egress-allow-private":
+			clash = append(clash, "--"+f.Name)
+		}
+	})
+	if len(clash) > 0 {
+		return nil, bothy.Errorf(bothy.EINVALID, "--policy replaces %s: put them in the policy file", strings.Join(clash, ", "))
+	}
+	b, err := os.ReadFile(rc.policyFile)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	var p bothy.Policy
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return nil, bothy.Errorf(bothy.EINVALID, "policy %s: %v", rc.policyFile, err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	for name, prov := range p.Profiles {
+		if err := rc.checkProvider(name, prov); err != nil {
+			return nil, err
+		}
+	}
+	return &p, nil
 }
 
 // limits parses the lease limit flags.
@@ -53,7 +114,11 @@ func (rc *runConfig) limits() (bothy.Limits, error) {
 	} else if rc.pids < 64 {
 		return bothy.Limits{}, bothy.Errorf(bothy.EINVALID, "--lease-pids must be at least 64")
 	}
-	return bothy.Limits{MemoryBytes: mem, CPUMillis: int64(rc.cpus * 1000), Pids: rc.pids}, nil
+	scratch, err := parseBytes(rc.scratch)
+	if err != nil {
+		return bothy.Limits{}, bothy.Errorf(bothy.EINVALID, "--lease-scratch: %v", err)
+	}
+	return bothy.Limits{MemoryBytes: mem, CPUMillis: int64(rc.cpus * 1000), Pids: rc.pids, ScratchBytes: scratch}, nil
 }
 
 // parseBytes parses a size such as 512MiB, 2GiB or 1048576.
@@ -84,19 +149,27 @@ func (rc *runConfig) profiles() (map[string]string, error) {
 		if !ok || name == "" || prov == "" {
 			return nil, bothy.Errorf(bothy.EINVALID, "--profiles wants NAME=PROVIDER,..., not %q", item)
 		}
-		if prov == process.Name && !rc.allowProcess {
-			return nil, bothy.Errorf(bothy.EINVALID, "profile %q names the process provider, which isolates nothing; pass --allow-process to allow it", name)
-		}
-		known := false
-		for _, p := range providerNames {
-			known = known || p == prov
-		}
-		if !known {
-			return nil, bothy.Errorf(bothy.EINVALID, "profile %q names unknown provider %q (known: %s)", name, prov, strings.Join(providerNames, ", "))
+		if err := rc.checkProvider(name, prov); err != nil {
+			return nil, err
 		}
 		out[name] = prov
 	}
 	return out, nil
+}
+
+// checkProvider refuses an unknown provider, and the process provider
+// unless --allow-process is given: a profile never silently runs
+// unisolated.
+func (rc *runConfig) checkProvider(profile, prov string) error {
+	if prov == process.Name && !rc.allowProcess {
+		return bothy.Errorf(bothy.EINVALID, "profile %q names the process provider, which isolates nothing; pass --allow-process to allow it", profile)
+	}
+	for _, p := range providerNames {
+		if p == prov {
+			return nil
+		}
+	}
+	return bothy.Errorf(bothy.EINVALID, "profile %q names unknown provider %q (known: %s)", profile, prov, strings.Join(providerNames, ", "))
 }
 
 // agentID names this host's agent: "local-" and the host name.

@@ -44,11 +44,7 @@ func runServe(ctx context.Context, args []string) error {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	profiles, err := rc.profiles()
-	if err != nil {
-		return err
-	}
-	limits, err := rc.limits()
+	policy, err := rc.policy(fs)
 	if err != nil {
 		return err
 	}
@@ -84,9 +80,9 @@ func runServe(ctx context.Context, args []string) error {
 		return err
 	}
 	sc := bserver.Config{
-		Data: cfg.data, Store: e.store, Blobs: e.blobs, Profiles: profiles, AgentToken: agentToken, Logger: log,
+		Data: cfg.data, Store: e.store, Blobs: e.blobs, Policy: policy, AgentToken: agentToken, Logger: log,
 		ReceiptKey: key, Version: buildVersion(),
-		Control: control.Config{IdleTimeout: rc.idle, MaxLifetime: rc.lifetime, Limits: limits, Fault: os.Getenv("BOTHY_FAULT")},
+		Control: control.Config{IdleTimeout: rc.idle, MaxLifetime: rc.lifetime, Fault: os.Getenv("BOTHY_FAULT")},
 	}
 	if !rc.noAgent {
 		if sc.SupervisorCommand, err = bserver.Exe(); err != nil {
@@ -114,7 +110,7 @@ func runServe(ctx context.Context, args []string) error {
 			errc <- fmt.Errorf("control plane: %w", err)
 		}
 	}()
-	log.Info("bothy serve started", "url", url, "data", cfg.data, "tenant", e.tenant.ID, "profiles", profiles)
+	log.Info("bothy serve started", "url", url, "data", cfg.data, "tenant", e.tenant.ID, "profiles", policy.Profiles)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)

@@ -1,0 +1,69 @@
+package bothy
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Policy is a server's policy, read from its configuration file (bothy
+// serve --policy FILE) or built from its flags: which provider serves each
+// profile, every lease's limits, and the private address ranges the
+// egress broker may admit. Callers never name providers: they ask for a
+// profile, and a profile no provider serves is refused, never served by
+// another. Its digest is stated in every receipt.
+type Policy struct {
+	// Profiles maps a profile to the provider that serves it.
+	Profiles map[string]string `json:"profiles"`
+	// Limits are every lease's limits; ScratchBytes is lowered per computer
+	// to its creator's bytes budget.
+	Limits Limits `json:"limits"`
+	// EgressAllowPrivate lists CIDR prefixes whose addresses the egress
+	// broker admits although they are loopback or private. The cloud
+	// metadata address is denied whatever this says.
+	EgressAllowPrivate []string `json:"egress_allow_private,omitempty"`
+}
+
+// Validate reports whether p is usable: at least one profile, each with a
+// provider, limits not negative, and well-formed prefixes.
+func (p *Policy) Validate() error {
+	if len(p.Profiles) == 0 {
+		return Errorf(EINVALID, "policy: at least one profile is needed")
+	}
+	for name, prov := range p.Profiles {
+		if err := ValidateID("profile", name); err != nil {
+			return Errorf(EINVALID, "policy: %s", ErrorMessage(err))
+		} else if prov == "" {
+			return Errorf(EINVALID, "policy: profile %q names no provider", name)
+		}
+	}
+	l := p.Limits
+	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 {
+		return Errorf(EINVALID, "policy: limits must not be negative")
+	}
+	_, err := p.AllowPrivate()
+	return err
+}
+
+// AllowPrivate parses EgressAllowPrivate.
+func (p *Policy) AllowPrivate() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range p.EgressAllowPrivate {
+		pfx, err := netip.ParsePrefix(strings.TrimSpace(s))
+		if err != nil {
+			return nil, Errorf(EINVALID, "policy: egress_allow_private %q is not a CIDR prefix like 10.0.0.0/8", s)
+		}
+		out = append(out, pfx.Masked())
+	}
+	return out, nil
+}
+
+// ProfileNames returns the profiles, sorted.
+func (p *Policy) ProfileNames() []string {
+	names := make([]string, 0, len(p.Profiles))
+	for name := range p.Profiles {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
