@@ -42,8 +42,13 @@ type ReceiptBody struct {
 	// provider's name and the server's version, not of a root filesystem.
 	ImageDigest string `json:"image_digest,omitempty"`
 	// PolicyDigest is the SHA-256 of the canonical JSON of the server's
-	// profile → provider map.
-	PolicyDigest   string       `json:"policy_digest"`
+	// policy (Policy: profiles, limits, egress ranges).
+	PolicyDigest string `json:"policy_digest"`
+	// AuthorityDigest is the digest of the authority a command was
+	// admitted under (Authority.Digest), "" when the server ran it.
+	AuthorityDigest string `json:"authority_digest,omitempty"`
+	// Egress is the computer's egress mode.
+	Egress         string       `json:"egress,omitempty"`
 	RevisionBefore int64        `json:"revision_before"`
 	RevisionAfter  int64        `json:"revision_after"`
 	Usage          ReceiptUsage `json:"usage"`
@@ -52,6 +57,9 @@ type ReceiptBody struct {
 	ExitCode     *int   `json:"exit_code,omitempty"`
 	Signal       string `json:"signal,omitempty"`
 	OutputDigest string `json:"output_digest,omitempty"`
+	// Limited lists the limits the command hit: oom_killed, pids_limited,
+	// disk_limited.
+	Limited []string `json:"limited,omitempty"`
 	// Disposition and Residue are a lease's end: Residue is the teardown
 	// evidence ({} when teardown was proven complete), absent when none was
 	// reported (a lost lease).
@@ -66,10 +74,22 @@ type ReceiptBody struct {
 	IssuedAt     time.Time `json:"issued_at"`
 }
 
-// ReceiptUsage is the metered usage a receipt states. Only wall time is
-// metered so far.
+// ReceiptUsage is the metered usage a receipt states: a command's own, or
+// for a lease the total of its commands' (DurationMS is then the lease's
+// life, from reservation to release).
 type ReceiptUsage struct {
-	DurationMS int64 `json:"duration_ms"`
+	DurationMS        int64 `json:"duration_ms"`
+	CPUMicros         int64 `json:"cpu_us"`
+	PeakMemoryBytes   int64 `json:"peak_memory_bytes"`
+	MemoryByteSeconds int64 `json:"memory_byte_seconds"`
+	BytesWritten      int64 `json:"bytes_written"`
+	NetworkBytes      int64 `json:"network_bytes"`
+}
+
+// SetUsage copies u into the receipt's usage, all but the wall time.
+func (r *ReceiptUsage) SetUsage(u Usage) {
+	r.CPUMicros, r.PeakMemoryBytes, r.MemoryByteSeconds = u.CPUMicros, u.PeakMemoryBytes, u.MemoryByteSeconds
+	r.BytesWritten, r.NetworkBytes = u.BytesWritten, u.NetworkBytes
 }
 
 // Receipt is a signed ReceiptBody as stored. Body holds the exact bytes that

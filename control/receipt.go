@@ -3,6 +3,7 @@ package control
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/receipt"
@@ -78,6 +79,14 @@ func (c *Controller) issueCommand(ctx context.Context, cmd *bothy.Command) (*bot
 	b.State, b.ExitCode, b.Signal, b.OutputDigest = cmd.State, cmd.ExitCode, cmd.Signal, cmd.OutputDigest
 	b.CreatedAt, b.DispatchedAt, b.StartedAt, b.FinishedAt = cmd.CreatedAt, cmd.DispatchedAt, cmd.StartedAt, cmd.FinishedAt
 	b.Usage.DurationMS = cmd.DurationMS
+	b.Usage.SetUsage(cmd.Usage)
+	b.AuthorityDigest = cmd.AuthorityDigest
+	for flag, name := range map[*bool]string{&cmd.OOMKilled: "oom_killed", &cmd.PidsLimited: "pids_limited", &cmd.DiskLimited: "disk_limited"} {
+		if *flag {
+			b.Limited = append(b.Limited, name)
+		}
+	}
+	slices.Sort(b.Limited)
 	if cmd.LeaseID == "" {
 		// It never reached a runtime: nothing ran, nothing changed.
 		b.RevisionBefore, b.RevisionAfter = comp.Revision, comp.Revision
@@ -115,14 +124,38 @@ func (c *Controller) issueLease(ctx context.Context, l *bothy.Lease) (*bothy.Rec
 	}
 	b.CreatedAt, b.StartedAt, b.FinishedAt = l.ReservedAt, l.StartedAt, l.ReleasedAt
 	b.Usage.DurationMS = l.ReleasedAt.Sub(l.ReservedAt).Milliseconds()
+	use, err := c.leaseUsage(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	b.Usage.SetUsage(use)
 	return c.save(ctx, b)
+}
+
+// leaseUsage totals the usage of the commands the lease ran.
+func (c *Controller) leaseUsage(ctx context.Context, l *bothy.Lease) (bothy.Usage, error) {
+	var total bothy.Usage
+	for off := 0; ; off += 1000 {
+		cmds, err := c.store.ListCommands(ctx, l.TenantID, bothy.CommandFilter{ComputerID: l.ComputerID, Offset: off, Limit: 1000})
+		if err != nil {
+			return total, err
+		}
+		for _, cmd := range cmds {
+			if cmd.LeaseID == l.ID {
+				total.Add(cmd.Usage)
+			}
+		}
+		if len(cmds) < 1000 {
+			return total, nil
+		}
+	}
 }
 
 // newBody starts a receipt body with what every receipt states.
 func (c *Controller) newBody(kind string, comp *bothy.Computer) *bothy.ReceiptBody {
 	return &bothy.ReceiptBody{
 		ID: newID("rct_"), Kind: kind, TenantID: comp.TenantID, ComputerID: comp.ID, Profile: comp.Profile,
-		PolicyDigest: c.policyDigest, IssuedAt: c.now().UTC(),
+		PolicyDigest: c.policyDigest, Egress: comp.Egress.Mode, IssuedAt: c.now().UTC(),
 	}
 }
 

@@ -51,7 +51,8 @@ func TestReceipts(t *testing.T) {
 		if _, err := f.c.Commit(f.ctx, cred, &runtime.CommitRequest{Base: 0, RootDigest: root}); err != nil {
 			t.Fatal(err)
 		}
-		exit := &runtime.Exit{ExecResult: bothy.ExecResult{ExitCode: 3, Duration: 1500 * time.Millisecond}}
+		use := bothy.Usage{CPUMicros: 1234567, PeakMemoryBytes: 99 << 20, MemoryByteSeconds: 42 << 20, BytesWritten: 8192, NetworkBytes: 5}
+		exit := &runtime.Exit{ExecResult: bothy.ExecResult{ExitCode: 3, Duration: 1500 * time.Millisecond, Usage: use, OOMKilled: true}}
 		if err := f.c.Report(f.ctx, cred, cmd.ID, &runtime.Report{State: runtime.ReportFinished, Exit: exit, RevisionAfter: 1}); err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +66,9 @@ func TestReceipts(t *testing.T) {
 			b.State != bothy.CommandCompleted || b.ExitCode == nil || *b.ExitCode != 3 || b.Usage.DurationMS != 1500 ||
 			b.RevisionBefore != 0 || b.RevisionAfter != 1 || b.Profile != "standard" ||
 			b.PolicyDigest != receipt.PolicyDigest(map[string]string{"standard": "fake"}) || b.ImageDigest == "" ||
-			b.FinishedAt.IsZero() || b.IssuedAt.IsZero() {
+			b.FinishedAt.IsZero() || b.IssuedAt.IsZero() || b.Usage.CPUMicros != use.CPUMicros ||
+			b.Usage.PeakMemoryBytes != use.PeakMemoryBytes || b.Usage.MemoryByteSeconds != use.MemoryByteSeconds ||
+			b.Usage.BytesWritten != 8192 || b.Usage.NetworkBytes != 5 || len(b.Limited) != 1 || b.Limited[0] != "oom_killed" || b.Egress != "none" {
 			t.Errorf("command receipt body = %s", r.Body)
 		}
 		// Asking again returns the same receipt: one per command.
@@ -83,7 +86,7 @@ func TestReceipts(t *testing.T) {
 		lb := verify(lr)
 		if lb.Kind != bothy.ReceiptLease || lb.LeaseID != w.LeaseID || lb.Disposition != bothy.LeaseReleased ||
 			string(lb.Residue) != "{}" || lb.RevisionBefore != 0 || lb.RevisionAfter != 1 || lb.Provider != "fake" ||
-			lb.CommandID != "" || lb.FinishedAt.IsZero() {
+			lb.CommandID != "" || lb.FinishedAt.IsZero() || lb.Usage.CPUMicros != use.CPUMicros || lb.Usage.BytesWritten != 8192 {
 			t.Errorf("lease receipt body = %s", lr.Body)
 		}
 		if got, err := f.c.LeaseReceipt(f.ctx, "t1", w.LeaseID); err != nil || got.ID != lr.ID {
