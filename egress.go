@@ -88,7 +88,7 @@ func ParseEgressPattern(pattern string) (host string, port int, err error) {
 	}
 	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
 		a, err := netip.ParseAddr(host[1 : len(host)-1])
-		if err != nil || !a.Is6() {
+		if err != nil || !a.Is6() || a.Zone() != "" {
 			return bad("bad IPv6 address")
 		}
 		return host, port, nil
