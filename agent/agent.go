@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/egress"
 	"github.com/bothyhq/bothy/hostcache"
 	"github.com/bothyhq/bothy/runtime"
 )
@@ -45,9 +46,19 @@ type Config struct {
 	// SupervisorCommand is the program and arguments that run a
 	// supervisor (supervisor.Main); "-dir DIR" is appended.
 	SupervisorCommand []string
+	// Egress gives each lease whose egress mode is not none a network
+	// namespace whose only way out is Broker; nil refuses such leases.
+	Egress *Egress
 	// PollWait is how long a poll waits for new work (default 10 s).
 	PollWait time.Duration
 	Logger   *slog.Logger
+}
+
+// Egress is an agent's egress plumbing: one broker for all its leases, and
+// the options of their network namespaces.
+type Egress struct {
+	Broker  *egress.Broker
+	Network egress.NetworkOptions
 }
 
 // Agent runs leases for a control plane.

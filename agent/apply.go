@@ -77,7 +77,8 @@ func (l *lease) apply(ctx context.Context, w *runtime.ApplyWork) (int64, error) 
 			return 0, fmt.Errorf("apply %s: %w", ch.Path, err)
 		}
 	}
-	return l.checkpointLocked(ctx)
+	rev, _, err = l.checkpointLocked(ctx)
+	return rev, err
 }
 
 // applyChange makes path in root what it is in snap (or absent), through

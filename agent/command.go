@@ -52,6 +52,12 @@ func (l *lease) command(ctx context.Context, cw *runtime.CommandWork) {
 				return
 			}
 			s := cw.Spec
+			if l.a.cfg.Egress != nil {
+				n := l.netBytes()
+				l.mu.Lock()
+				l.netStart[id] = n
+				l.mu.Unlock()
+			}
 			st, err := sup.Run(ctx, id, supervisor.RunSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Env: s.Env, Stdin: s.Stdin, TimeoutMS: s.TimeoutMS})
 			if err != nil {
 				// The supervisor refused it (a bad cwd, say) or could not
@@ -239,18 +245,9 @@ func (l *lease) stream(ctx context.Context, id string, after *int64) (*bothy.Eve
 	}
 }
 
-// finish checkpoints the workspace after a command and reports its end.
+// finish reports a command's end from its terminal event.
 func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSeq int64) {
-	rev, err := l.checkpoint(ctx)
-	if err != nil {
-		l.a.log.Error("checkpoint after command", "command", id, "err", err)
-	}
-	r := &runtime.Report{LastSeq: lastSeq, RevisionAfter: rev}
-	if digest, err := l.archive(ctx, id); err != nil {
-		l.a.log.Error("archive command output", "command", id, "err", err)
-	} else {
-		r.OutputDigest = digest
-	}
+	r := &runtime.Report{LastSeq: lastSeq}
 	switch term.Kind {
 	case bothy.EventExit:
 		r.State = runtime.ReportFinished
@@ -277,9 +274,43 @@ func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSe
 		if st.Error != nil && st.Error.Code == bothy.ENOTFOUND {
 			// The provider says the sandbox is gone (its init died: the
 			// memory limit, a crash): the lease cannot run anything more.
-			l.report(ctx, id, r)
+			l.end(ctx, id, r)
 			l.lost(ctx, "the sandbox is gone: "+st.Error.Message)
 			return
+		}
+	}
+	l.end(ctx, id, r)
+}
+
+// end completes a command's end report and sends it: it checkpoints the
+// workspace, archives the output, and adds to the exit what only the
+// agent knows: the bytes the checkpoint found written, the broker's bytes
+// while the command ran, and whether the scratch watcher killed it.
+func (l *lease) end(ctx context.Context, id string, r *runtime.Report) {
+	rev, written, err := l.checkpointWritten(ctx)
+	if err != nil {
+		l.a.log.Error("checkpoint after command", "command", id, "err", err)
+	}
+	r.RevisionAfter = rev
+	if digest, err := l.archive(ctx, id); err != nil {
+		l.a.log.Error("archive command output", "command", id, "err", err)
+	} else {
+		r.OutputDigest = digest
+	}
+	l.mu.Lock()
+	netStart, diskKilled := l.netStart[id], l.diskKilled[id]
+	delete(l.netStart, id)
+	delete(l.diskKilled, id)
+	l.mu.Unlock()
+	if r.Exit != nil {
+		r.Exit.Usage.BytesWritten = written
+		if l.a.cfg.Egress != nil {
+			r.Exit.Usage.NetworkBytes = max(0, l.netBytes()-netStart)
+		}
+		if diskKilled {
+			// The watcher cancelled it: it ended by the scratch limit,
+			// not by a caller's cancel.
+			r.Exit.DiskLimited, r.Exit.Cancelled = true, false
 		}
 	}
 	l.report(ctx, id, r)
@@ -343,11 +374,7 @@ func (l *lease) endedBefore(ctx context.Context, id string, after int64) bool {
 	if err != nil || st.State == supervisor.StateRunning || st.State == supervisor.StateNeverSeen || st.LastSeq > after {
 		return false
 	}
-	rev, err := l.checkpoint(ctx)
-	if err != nil {
-		l.a.log.Error("checkpoint after command", "command", id, "err", err)
-	}
-	r := &runtime.Report{LastSeq: st.LastSeq, RevisionAfter: rev}
+	r := &runtime.Report{LastSeq: st.LastSeq}
 	switch st.State {
 	case supervisor.StateFinished:
 		r.State = runtime.ReportFinished
@@ -362,6 +389,6 @@ func (l *lease) endedBefore(ctx context.Context, id string, after int64) bool {
 			r.Error = st.Error.Message
 		}
 	}
-	l.report(ctx, id, r)
+	l.end(ctx, id, r)
 	return true
 }

@@ -43,6 +43,9 @@ type record struct {
 	BaseFiles    int64           `json:"base_files"`
 	Lower        string          `json:"lower"`
 	Handle       json.RawMessage `json:"handle,omitempty"`
+	// Egress is the lease's egress policy; a mode other than none means
+	// the lease has a network namespace and a broker listener to remove.
+	Egress bothy.EgressPolicy `json:"egress"`
 }
 
 type lease struct {
@@ -68,6 +71,11 @@ type lease struct {
 	cancelled map[string]bool
 	pumps     map[string]bool
 	pumpWG    sync.WaitGroup
+	// netStart holds the broker's byte count of the lease when each
+	// running command started; diskKilled the commands the scratch
+	// watcher cancelled.
+	netStart   map[string]int64
+	diskKilled map[string]bool
 
 	ckptMu sync.Mutex // one checkpoint at a time
 }
@@ -77,6 +85,7 @@ func newLease(a *Agent, w *runtime.LeaseWork) *lease {
 		a: a, dir: filepath.Join(a.cfg.Dir, "leases", w.LeaseID), state: leaseNew,
 		rec:      record{LeaseID: w.LeaseID, TenantID: w.TenantID, ComputerID: w.ComputerID, Generation: w.Generation, Provider: w.Provider},
 		inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
+		netStart: map[string]int64{}, diskKilled: map[string]bool{},
 	}
 }
 
@@ -170,6 +179,12 @@ func (l *lease) start(ctx context.Context, resume bool) {
 		l.teardown(ctx, bothy.LeaseReleased, "", false)
 		return
 	}
+	l.mu.Lock()
+	scratch := l.work.Limits.ScratchBytes
+	l.mu.Unlock()
+	if scratch > 0 {
+		go l.watchScratch(ctx, scratch)
+	}
 	host, _ := os.Hostname()
 	ref, _ := l.h.Encode()
 	if err := l.a.cfg.Control.Ready(ctx, l.cred(), &runtime.ReadyRequest{Host: host, SandboxRef: string(ref)}); err != nil {
@@ -189,6 +204,7 @@ func (l *lease) prepare(ctx context.Context, resume bool) error {
 	if !resume {
 		l.rec.BaseRevision, l.rec.BaseRoot, l.rec.BasePacks = w.Revision, w.RootDigest, w.Packs
 		l.rec.BaseSize, l.rec.BaseFiles = w.Size, w.FileCount
+		l.rec.Egress = w.Egress
 	}
 	base, err := repo.Open(ctx, l.rec.BaseRoot, l.rec.BasePacks)
 	if err != nil {
@@ -234,13 +250,17 @@ func (l *lease) prepare(ctx context.Context, resume bool) error {
 	l.mu.Lock()
 	l.ov, l.repo, l.base, l.parent, l.revision = ov, repo, base, parent, w.Revision
 	l.mu.Unlock()
+	spec := bothy.LeaseSpec{LeaseID: w.LeaseID, ComputerID: w.ComputerID, Generation: w.Generation,
+		Workspace: ov.Merged, Limits: w.Limits}
+	if err := l.network(ctx, &spec); err != nil {
+		return err
+	}
 	supDir := filepath.Join(l.dir, "sup")
 	var h *bothy.SandboxHandle
 	if len(l.rec.Handle) > 0 {
 		h, err = prov.Recover(ctx, l.rec.Handle)
 	} else {
-		h, err = prov.Start(ctx, bothy.LeaseSpec{LeaseID: w.LeaseID, ComputerID: w.ComputerID, Generation: w.Generation,
-			Workspace: ov.Merged, Limits: w.Limits})
+		h, err = prov.Start(ctx, spec)
 		if err == nil {
 			l.rec.Handle, _ = h.Encode()
 			if err = l.save(); err == nil {
@@ -308,7 +328,8 @@ func (a *Agent) recover(ctx context.Context) {
 			continue
 		}
 		l := &lease{a: a, dir: dir, rec: rec, state: leaseRecovered,
-			inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{}}
+			inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
+		netStart: map[string]int64{}, diskKilled: map[string]bool{}}
 		a.leases[rec.LeaseID] = l
 		a.log.Info("found lease on disk", "lease", rec.LeaseID, "computer", rec.ComputerID)
 	}
@@ -317,39 +338,47 @@ func (a *Agent) recover(ctx context.Context) {
 // checkpoint commits the workspace if it changed since the lease's last
 // commit and returns the computer's revision.
 func (l *lease) checkpoint(ctx context.Context) (int64, error) {
+	rev, _, err := l.checkpointWritten(ctx)
+	return rev, err
+}
+
+// checkpointWritten is checkpoint, also returning the bytes of the files
+// it found created or changed since the last checkpoint.
+func (l *lease) checkpointWritten(ctx context.Context) (int64, int64, error) {
 	l.ckptMu.Lock()
 	defer l.ckptMu.Unlock()
 	return l.checkpointLocked(ctx)
 }
 
-// checkpointLocked is checkpoint with ckptMu held.
-func (l *lease) checkpointLocked(ctx context.Context) (int64, error) {
+// checkpointLocked is checkpointWritten with ckptMu held.
+func (l *lease) checkpointLocked(ctx context.Context) (int64, int64, error) {
 	l.mu.Lock()
 	ov, base, parent, rev, repo := l.ov, l.base, l.parent, l.revision, l.repo
 	l.mu.Unlock()
 	if ov == nil {
-		return rev, errors.New("lease has no workspace")
+		return rev, 0, errors.New("lease has no workspace")
 	}
 	res, err := ov.Checkpoint(ctx, base, hostcache.CheckpointOptions{Parent: parent, BaseSize: l.rec.BaseSize, BaseFileCount: l.rec.BaseFiles})
 	if err != nil {
-		return rev, fmt.Errorf("checkpoint: %w", err)
+		return rev, 0, fmt.Errorf("checkpoint: %w", err)
 	}
+	written := res.Stats.BytesRead
 	if res.Root == parent.Root() {
-		return rev, nil
+		return rev, written, nil
 	}
 	got, err := l.a.cfg.Control.Commit(ctx, l.cred(), &runtime.CommitRequest{
 		Base: rev, RootDigest: res.Root.String(), Packs: res.Packs, Size: res.Size, FileCount: res.FileCount})
 	if err != nil {
-		return rev, fmt.Errorf("commit: %w", err)
+		return rev, written, fmt.Errorf("commit: %w", err)
 	}
 	snap, err := repo.Open(ctx, res.Root.String(), res.Packs)
 	if err != nil {
-		return got.Number, err
+		return got.Number, written, err
 	}
 	l.mu.Lock()
 	l.parent, l.revision = snap, got.Number
 	l.mu.Unlock()
-	return got.Number, nil
+	return got.Number, written, nil
 }
 
 // checkpointNow answers a checkpoint request of the control plane.
@@ -454,6 +483,7 @@ func (l *lease) teardown(ctx context.Context, disposition, reason string, keep b
 			}
 		}
 	}
+	residue.Other = append(residue.Other, l.removeNetwork(ctx)...)
 	if !keep {
 		if ov == nil {
 			ov = &hostcache.Overlay{Merged: filepath.Join(l.dir, "ws", "merged")}

@@ -20,6 +20,7 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/agent"
 	"github.com/bothyhq/bothy/control"
+	"github.com/bothyhq/bothy/egress"
 	"github.com/bothyhq/bothy/hostcache"
 	bhttp "github.com/bothyhq/bothy/http"
 	"github.com/bothyhq/bothy/receipt"
@@ -138,23 +139,58 @@ func (s *Server) Run(ctx context.Context, url string) error {
 }
 
 func (s *Server) newAgent(url string) (*agent.Agent, error) {
-	return NewAgent(s.cfg.Data, s.cfg.AgentID, url, s.cfg.AgentToken, s.cfg.Blobs, s.cfg.Providers, s.cfg.SupervisorCommand, s.cfg.Logger)
+	var allow []string
+	if s.cfg.Policy != nil {
+		allow = s.cfg.Policy.EgressAllowPrivate
+	}
+	return NewAgent(AgentConfig{Data: s.cfg.Data, ID: s.cfg.AgentID, URL: url, Token: s.cfg.AgentToken, Blobs: s.cfg.Blobs,
+		Providers: s.cfg.Providers, Supervisor: s.cfg.SupervisorCommand, EgressAllowPrivate: allow, Logger: s.cfg.Logger})
+}
+
+// AgentConfig configures NewAgent.
+type AgentConfig struct {
+	// Data is the data directory: leases in DATA/agent, the host cache in
+	// DATA/cache.
+	Data, ID string
+	// URL is the control plane's, and Token the agent token.
+	URL, Token string
+	Blobs      bothy.BlobStore
+	Providers  []bothy.Provider
+	// Supervisor is the command that runs a lease's supervisor.
+	Supervisor []string
+	// EgressAllowPrivate lists the CIDR prefixes the egress broker may
+	// reach although private (bothy.Policy).
+	EgressAllowPrivate []string
+	Logger             *slog.Logger
 }
 
 // NewAgent returns an agent that keeps its leases in DATA/agent and its
-// host cache in DATA/cache, and polls the control plane at url.
-func NewAgent(data, id, url, token string, blobs bothy.BlobStore, providers []bothy.Provider, supervisor []string, log *slog.Logger) (*agent.Agent, error) {
-	cache, err := hostcache.Open(filepath.Join(data, "cache"))
+// host cache in DATA/cache, and polls the control plane. It has an egress
+// broker when the host can make network namespaces (root, with ip and
+// nft); without one, computers whose egress is not none cannot start here.
+func NewAgent(cfg AgentConfig) (*agent.Agent, error) {
+	cache, err := hostcache.Open(filepath.Join(cfg.Data, "cache"))
 	if err != nil {
 		return nil, err
 	}
 	provs := map[string]bothy.Provider{}
-	for _, p := range providers {
+	for _, p := range cfg.Providers {
 		provs[p.Name()] = p
 	}
+	pol := bothy.Policy{Profiles: map[string]string{"-": "-"}, EgressAllowPrivate: cfg.EgressAllowPrivate}
+	allow, err := pol.AllowPrivate()
+	if err != nil {
+		return nil, err
+	}
+	var eg *agent.Egress
+	if why := egress.Unavailable(); why != "" {
+		cfg.Logger.Warn("no egress broker: computers whose egress is not none cannot start on this agent", "reason", why)
+	} else {
+		eg = &agent.Egress{Broker: egress.NewBroker(egress.BrokerOptions{AllowPrivate: allow, Logger: cfg.Logger})}
+	}
 	return agent.New(agent.Config{
-		ID: id, Dir: filepath.Join(data, "agent"), Control: runtime.NewClient(url), Token: token,
-		Providers: provs, Blobs: blobs, Cache: cache, SupervisorCommand: supervisor, Logger: log,
+		ID: cfg.ID, Dir: filepath.Join(cfg.Data, "agent"), Control: runtime.NewClient(cfg.URL), Token: cfg.Token,
+		Providers: provs, Blobs: cfg.Blobs, Cache: cache, SupervisorCommand: cfg.Supervisor, Egress: eg, Logger: cfg.Logger,
 	})
 }
 

@@ -193,6 +193,7 @@ func runAgent(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	url := fs.String("control", os.Getenv("BOTHY_URL"), "the control plane's URL")
 	tokenFile := fs.String("agent-token-file", "", "file holding the agent token (the server's DATA/agent.token)")
+	allowPrivate := fs.String("egress-allow-private", "", "CIDR prefixes (comma-separated) the egress broker may reach although loopback or private; the metadata address stays denied")
 	args, err := parseFlags(fs, &cfg, args)
 	if err != nil {
 		return err
@@ -217,7 +218,14 @@ func runAgent(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ag, err := bserver.NewAgent(cfg.data, agentID(), *url, strings.TrimSpace(string(b)), blobs, providers(), sup, log)
+	var allow []string
+	for s := range strings.SplitSeq(*allowPrivate, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			allow = append(allow, s)
+		}
+	}
+	ag, err := bserver.NewAgent(bserver.AgentConfig{Data: cfg.data, ID: agentID(), URL: *url, Token: strings.TrimSpace(string(b)),
+		Blobs: blobs, Providers: providers(), Supervisor: sup, EgressAllowPrivate: allow, Logger: log})
 	if err != nil {
 		return err
 	}
