@@ -174,6 +174,11 @@ func AdmitRun(comp *Computer, req *RunRequest) error {
 		if !a.CanUseProfile(comp.Profile) {
 			return Errorf(EFORBIDDEN, "this token may not use profile %q (it needs the scope %s%s)", comp.Profile, ScopeProfilePrefix, comp.Profile)
 		}
+		for _, ref := range req.Secrets {
+			if !a.CanUseSecret(ref.Name) {
+				return Errorf(EFORBIDDEN, "this token may not use secret %q (it needs the scope %s%s)", ref.Name, ScopeSecretPrefix, ref.Name)
+			}
+		}
 		budgets = append(budgets, a.Budget)
 	}
 	if comp.Authority != nil {

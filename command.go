@@ -110,9 +110,12 @@ type Command struct {
 	Cwd       string   `json:"cwd,omitempty"`
 	// EnvNames lists the names of the environment variables the command was
 	// given. Values are never stored.
-	EnvNames  []string `json:"env_names,omitempty"`
-	TimeoutMS int64    `json:"timeout_ms,omitempty"`
-	State     string   `json:"state"`
+	EnvNames []string `json:"env_names,omitempty"`
+	// Secrets names the secrets it was given and the variables that held
+	// them; values are never stored.
+	Secrets   []SecretRef `json:"secrets,omitempty"`
+	TimeoutMS int64       `json:"timeout_ms,omitempty"`
+	State     string      `json:"state"`
 	// ExitCode is nil until the process exits; Signal names the signal that
 	// killed it, if any ("SIGKILL").
 	ExitCode *int   `json:"exit_code"`
@@ -182,7 +185,7 @@ func (c *Command) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return validateSecretRefs(c.Secrets, nil)
 }
 
 // validateEnvName accepts a POSIX-like name: letters, digits and '_', not

@@ -28,6 +28,10 @@ type RunRequest struct {
 	// WorkJobID is the caller's external reference for the command's
 	// receipt; "" takes the computer's.
 	WorkJobID string `json:"work_job_id,omitempty"`
+	// Secrets names secrets of the tenant to give the command in its
+	// environment; the caller's authority must list each. Their values
+	// are never stored, and are redacted from the command's output.
+	Secrets []SecretRef `json:"secrets,omitempty"`
 	// Wait asks the API to answer only when the command has ended.
 	Wait bool `json:"wait,omitempty"`
 	// Authority is the caller's, set by the API from its token, never
@@ -44,7 +48,32 @@ func (r *RunRequest) Validate() error {
 		return Errorf(EINVALID, "work_job_id must be at most %d bytes", MaxWorkJobIDLen)
 	}
 	spec := ExecSpec{Argv: r.Argv, Script: r.Script, Cwd: r.Cwd, Env: r.Env, Timeout: time.Duration(r.TimeoutMS) * time.Millisecond}
-	return spec.Validate()
+	if err := spec.Validate(); err != nil {
+		return err
+	}
+	return validateSecretRefs(r.Secrets, r.Env)
+}
+
+// MaxCommandSecrets bounds the secrets of one command.
+const MaxCommandSecrets = 64
+
+// validateSecretRefs normalizes refs and checks that each is valid and
+// that no two, nor a ref and an env variable, set the same variable.
+func validateSecretRefs(refs []SecretRef, env map[string]string) error {
+	if len(refs) > MaxCommandSecrets {
+		return Errorf(EINVALID, "a command may have at most %d secrets", MaxCommandSecrets)
+	}
+	seen := map[string]bool{}
+	for i := range refs {
+		refs[i].Normalize()
+		if err := refs[i].Validate(); err != nil {
+			return err
+		} else if _, ok := env[refs[i].Env]; ok || seen[refs[i].Env] {
+			return Errorf(EINVALID, "environment variable %s is set twice (by a secret and another secret or env)", refs[i].Env)
+		}
+		seen[refs[i].Env] = true
+	}
+	return nil
 }
 
 // ComputeService runs computers: it starts a lease lazily for the first

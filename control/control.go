@@ -65,6 +65,9 @@ type Config struct {
 	// PolicyDigest names the server's policy in receipts; "" is the
 	// digest of Profiles alone.
 	PolicyDigest string
+	// Secrets hands out the secrets commands name, at dispatch; nil
+	// fails every command that names one.
+	Secrets bothy.SecretService
 	// LeaseTTL is how long a lease lives without a heartbeat (an agent's
 	// poll) before the reaper declares it lost.
 	LeaseTTL time.Duration

@@ -194,6 +194,28 @@ func (c *Controller) leaseWork(ctx context.Context, l *leaseState) (*runtime.Lea
 	return w, nil
 }
 
+// withSecrets returns spec with the values of the command's secrets, read
+// now from the secret service: they go to the runtime in the run action
+// and are kept nowhere by the control plane. A secret that cannot be read
+// fails the command with the reason.
+func (c *Controller) withSecrets(ctx context.Context, cmd *bothy.Command, spec *runtime.Spec) (*runtime.Spec, error) {
+	if len(cmd.Secrets) == 0 {
+		return spec, nil
+	} else if c.cfg.Secrets == nil {
+		return nil, bothy.Errorf(bothy.EUNAVAILABLE, "this server has no secret store")
+	}
+	out := *spec
+	out.Secrets = make(map[string]string, len(cmd.Secrets))
+	for _, ref := range cmd.Secrets {
+		v, err := c.cfg.Secrets.Secret(ctx, cmd.TenantID, ref.Name)
+		if err != nil {
+			return nil, bothy.Errorf(bothy.ErrorCode(err), "secret %q: %s", ref.Name, bothy.ErrorMessage(err))
+		}
+		out.Secrets[ref.Env] = string(v)
+	}
+	return &out, nil
+}
+
 // commandWork decides what the lease's runtime must do about cmd.
 func (c *Controller) commandWork(ctx context.Context, l *leaseState, cmd *bothy.Command, stopping bool) ([]*runtime.CommandWork, error) {
 	c.mu.Lock()
@@ -212,6 +234,11 @@ func (c *Controller) commandWork(ctx context.Context, l *leaseState, cmd *bothy.
 				c.finishFailed(ctx, cmd, []string{bothy.CommandAdmitted}, "the server restarted before dispatch and environment values are not kept; run it again")
 				return nil, nil
 			}
+		}
+		spec, err := c.withSecrets(ctx, cmd, spec)
+		if err != nil {
+			c.finishFailed(ctx, cmd, []string{bothy.CommandAdmitted}, err.Error())
+			return nil, nil
 		}
 		if _, err := c.store.DispatchCommand(ctx, l.tenantID, cmd.ID, l.id, l.generation); bothy.ErrorCode(err) == bothy.ECONFLICT {
 			return nil, nil // another poll dispatched it, or it was cancelled

@@ -153,10 +153,14 @@ type CommandWork struct {
 
 // Spec is a command as the runtime runs it.
 type Spec struct {
-	Argv      []string          `json:"argv,omitempty"`
-	Script    string            `json:"script,omitempty"`
-	Cwd       string            `json:"cwd,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
+	Argv   []string          `json:"argv,omitempty"`
+	Script string            `json:"script,omitempty"`
+	Cwd    string            `json:"cwd,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
+	// Secrets are the values of the command's secrets, by environment
+	// variable: the runtime adds them to the environment, keeps them in
+	// no file and redacts them from the output.
+	Secrets   map[string]string `json:"secrets,omitempty"`
 	Stdin     []byte            `json:"stdin,omitempty"`
 	TimeoutMS int64             `json:"timeout_ms,omitempty"`
 }

@@ -16,23 +16,28 @@ import (
 const commandColumns = `tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state,
 	exit_code, signal, lease_id, generation, last_seq, output_digest, truncated, created_at, dispatched_at, started_at,
 	finished_at, wall_millis, revision_after, work_job_id, revision_before, authority_digest, cpu_us, peak_memory_bytes,
-	memory_byte_seconds, bytes_written, network_bytes, limited`
+	memory_byte_seconds, bytes_written, network_bytes, limited, secrets`
 
 func scanCommand(r scanner) (*bothy.Command, error) {
 	c := &bothy.Command{}
 	var key, leaseID sql.NullString
 	var exit, gen sql.NullInt64
-	var argv, env, limited string
+	var argv, env, limited, secrets string
 	u := &c.Usage
 	err := r.Scan(&c.TenantID, &c.ID, &c.ComputerID, &key, &argv, &c.Script, &c.Cwd, &env, &c.TimeoutMS, &c.State,
 		&exit, &c.Signal, &leaseID, &gen, &c.LastSeq, &c.OutputDigest, &c.Truncated, scanTime(&c.CreatedAt),
 		scanTime(&c.DispatchedAt), scanTime(&c.StartedAt), scanTime(&c.FinishedAt), &c.DurationMS, &c.RevisionAfter,
 		&c.WorkJobID, &c.RevisionBefore, &c.AuthorityDigest, &u.CPUMicros, &u.PeakMemoryBytes, &u.MemoryByteSeconds,
-		&u.BytesWritten, &u.NetworkBytes, &limited)
+		&u.BytesWritten, &u.NetworkBytes, &limited, &secrets)
 	if err != nil {
 		return nil, err
 	}
 	u.WallMillis = c.DurationMS
+	if secrets != "" {
+		if err := json.Unmarshal([]byte(secrets), &c.Secrets); err != nil {
+			return nil, fmt.Errorf("command %q secrets: %w", c.ID, err)
+		}
+	}
 	for l := range strings.SplitSeq(limited, ",") {
 		switch l {
 		case "oom_killed":
@@ -110,6 +115,12 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 	if err != nil {
 		return false, fmt.Errorf("create command: %w", err)
 	}
+	var secrets []byte
+	if len(c.Secrets) > 0 {
+		if secrets, err = json.Marshal(c.Secrets); err != nil {
+			return false, fmt.Errorf("create command: %w", err)
+		}
+	}
 	created := fillTime(c.CreatedAt)
 	var existing *bothy.Command
 	err = s.withTx(ctx, func(tx *sql.Tx) error {
@@ -130,11 +141,11 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 		}
 		at := s.timeArg(created)
 		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO commands
-			(tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state, created_at, updated_at, work_job_id, authority_digest)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			(tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state, created_at, updated_at, work_job_id, authority_digest, secrets)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant_id, computer_id, idempotency_key) DO NOTHING`),
 			c.TenantID, c.ID, c.ComputerID, nullString(c.IdempotencyKey), argv, c.Script, c.Cwd, env, c.TimeoutMS,
-			bothy.CommandAdmitted, at, at, c.WorkJobID, c.AuthorityDigest)
+			bothy.CommandAdmitted, at, at, c.WorkJobID, c.AuthorityDigest, string(secrets))
 		if err != nil {
 			return s.conflict(err, "command %q already exists", c.ID)
 		}
@@ -154,7 +165,7 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 	*c = bothy.Command{
 		ID: c.ID, TenantID: c.TenantID, ComputerID: c.ComputerID, IdempotencyKey: c.IdempotencyKey, WorkJobID: c.WorkJobID,
 		Argv: nilIfEmpty(c.Argv), Script: c.Script, Cwd: c.Cwd, EnvNames: nilIfEmpty(c.EnvNames), TimeoutMS: c.TimeoutMS,
-		State: bothy.CommandAdmitted, CreatedAt: created, AuthorityDigest: c.AuthorityDigest,
+		State: bothy.CommandAdmitted, CreatedAt: created, AuthorityDigest: c.AuthorityDigest, Secrets: nilIfEmptyRefs(c.Secrets),
 	}
 	return true, nil
 }
@@ -402,4 +413,11 @@ func limitedList(u bothy.CommandUpdate) string {
 		l = append(l, "disk_limited")
 	}
 	return strings.Join(l, ",")
+}
+
+func nilIfEmptyRefs(refs []bothy.SecretRef) []bothy.SecretRef {
+	if len(refs) == 0 {
+		return nil
+	}
+	return refs
 }

@@ -160,6 +160,23 @@ func testCommands(t *testing.T, open opener) {
 		}
 	})
 
+	run(t, "CreateCommand/SecretRefs", func(t *testing.T) {
+		s := leaseSetup(t, open)
+		c := newCommand("acme", "c1", "cmd1", "")
+		c.Secrets = []bothy.SecretRef{{Name: "gh-token", Env: "GH_TOKEN"}, {Name: "npm"}}
+		c.AuthorityDigest = "abc"
+		mustCreateCommand(t, s, c)
+		got := mustFindCommand(t, s, "acme", "cmd1")
+		want := []bothy.SecretRef{{Name: "gh-token", Env: "GH_TOKEN"}, {Name: "npm", Env: "NPM"}}
+		if !reflect.DeepEqual(got.Secrets, want) || got.AuthorityDigest != "abc" {
+			t.Errorf("secrets %+v digest %q, want %+v", got.Secrets, got.AuthorityDigest, want)
+		}
+		bad := newCommand("acme", "c1", "cmd2", "")
+		bad.Secrets = []bothy.SecretRef{{Name: "a", Env: "X"}, {Name: "b", Env: "X"}}
+		_, err := s.CreateCommand(t.Context(), bad)
+		wantCode(t, err, bothy.EINVALID)
+	})
+
 	run(t, "CreateCommand/Script", func(t *testing.T) {
 		s := leaseSetup(t, open)
 		// Commands without a key never collide.

@@ -10,8 +10,10 @@ import (
 	"net"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/redact"
 )
 
 // Operations of the protocol. A client opens one connection per request
@@ -60,7 +62,8 @@ type Request struct {
 	Seq   int64 `json:"seq,omitempty"`   // OpAck: the highest seq received
 }
 
-// RunSpec is the command of a Run, as journaled in its accept record.
+// RunSpec is the command of a Run. Its accept record journals all of it
+// but Secrets.
 type RunSpec struct {
 	Argv      []string          `json:"argv,omitempty"`
 	Script    string            `json:"script,omitempty"`
@@ -68,6 +71,15 @@ type RunSpec struct {
 	Env       map[string]string `json:"env,omitempty"`
 	Stdin     []byte            `json:"stdin,omitempty"`
 	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	// Secrets are environment variables (name → value) holding secret
+	// values. They travel in the run request only: the supervisor adds
+	// them to the command's environment for Provider.Exec and writes them
+	// to no file (not the accept record, not its log), and it redacts
+	// their values, and common encodings of them (see package redact),
+	// from the command's output before journaling it. A name must not
+	// also be in Env. A value must be text (UTF-8, no NUL) and, unless
+	// empty, at least redact.MinValueBytes long.
+	Secrets map[string]string `json:"secrets,omitempty"`
 }
 
 // Response is the answer line to a Request.
@@ -206,6 +218,13 @@ func (c *Client) call(ctx context.Context, req *Request) (*Response, error) {
 // nothing and returns the existing command's status with Existing set.
 // When Run returns without error the command's accept record is on disk.
 func (c *Client) Run(ctx context.Context, id string, spec RunSpec) (*Status, error) {
+	// JSON would silently replace invalid UTF-8, and a secret changed on
+	// the way would be neither right in the environment nor redacted.
+	for k, v := range spec.Secrets {
+		if !utf8.ValidString(v) {
+			return nil, bothy.Errorf(bothy.EINVALID, "secret %s is not valid UTF-8: environment values must be text", k)
+		}
+	}
 	resp, err := c.call(ctx, &Request{Op: OpRun, CommandID: id, RunSpec: spec})
 	if err != nil {
 		return nil, err
@@ -304,12 +323,25 @@ func terminalEvent(e *bothy.Event) bool {
 	return e.Kind == bothy.EventExit || e.Kind == bothy.EventState
 }
 
+// execSpec returns the ExecSpec of s, whose Env holds s.Env and s.Secrets.
 func (s *RunSpec) execSpec() (bothy.ExecSpec, error) {
-	spec := bothy.ExecSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Env: s.Env, Timeout: time.Duration(s.TimeoutMS) * time.Millisecond}
+	spec := bothy.ExecSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Timeout: time.Duration(s.TimeoutMS) * time.Millisecond}
 	if len(s.Stdin) > MaxStdin {
 		return spec, bothy.Errorf(bothy.ETOOLARGE, "stdin is over %d bytes", MaxStdin)
 	} else if s.TimeoutMS < 0 {
 		return spec, bothy.Errorf(bothy.EINVALID, "timeout must not be negative")
+	}
+	spec.Env = make(map[string]string, len(s.Env)+len(s.Secrets)+1)
+	for k, v := range s.Env {
+		spec.Env[k] = v
+	}
+	for k, v := range s.Secrets {
+		if _, ok := s.Env[k]; ok {
+			return spec, bothy.Errorf(bothy.EINVALID, "environment variable %s is both in env and in secrets", k)
+		} else if len(v) > 0 && len(v) < redact.MinValueBytes {
+			return spec, bothy.Errorf(bothy.EINVALID, "secret %s is shorter than %d bytes: too short to redact from output", k, redact.MinValueBytes)
+		}
+		spec.Env[k] = v
 	}
 	return spec, spec.Validate()
 }

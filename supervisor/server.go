@@ -9,7 +9,6 @@ package supervisor
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -36,15 +35,18 @@ const (
 	DefaultSyncInterval = 100 * time.Millisecond
 )
 
-// TokenEnv is set in every command's environment to the lease directory's
-// token, so that a restarted supervisor can find and kill the processes
-// that the dead one left behind.
-const TokenEnv = "BOTHY_SUPERVISOR_TOKEN"
+// MarkEnv is set in every command's environment to the lease directory's
+// mark (DIR/mark), so that a restarted supervisor can find and kill the
+// processes that the dead one left behind. The mark is a random value
+// that grants nothing: nothing accepts it as a credential, so a user
+// process that reads it from its environment learns nothing it could
+// use. (The socket is guarded by its mode, see docs/supervisor.md.)
+const MarkEnv = "BOTHY_LEASE_MARK"
 
 // Config configures Serve.
 type Config struct {
 	// Dir is the lease's supervisor directory: the journals, the lock, the
-	// token and, by default, the socket live in it.
+	// mark and, by default, the socket live in it.
 	Dir string
 	// Socket is the unix socket path; "" is SocketPath(Dir).
 	Socket string
@@ -119,7 +121,7 @@ type server struct {
 	log     *slog.Logger
 	h       *bothy.SandboxHandle
 	cmdDir  string
-	token   string
+	mark    string          // MarkEnv's value
 	runCtx  context.Context // parent of every command's context
 	stopRun context.CancelFunc
 
@@ -182,13 +184,13 @@ func Serve(ctx context.Context, cfg Config) error {
 	if err := os.WriteFile(filepath.Join(cfg.Dir, "supervisor.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		return fmt.Errorf("write pid: %w", err)
 	}
-	if s.token, err = readToken(cfg.Dir); err != nil {
+	if s.mark, err = readMark(cfg.Dir); err != nil {
 		return err
 	}
 	if s.h, err = cfg.Provider.Recover(ctx, cfg.Handle); err != nil {
 		return fmt.Errorf("recover sandbox: %w", err)
 	}
-	if n := killTokenProcesses(s.token); n > 0 {
+	if n := killMarked(cfg.Dir, s.mark); n > 0 {
 		s.log.Warn("killed processes left by a previous supervisor", "count", n)
 	}
 	if err := s.load(); err != nil {
@@ -374,99 +376,6 @@ func (s *server) lookup(id string) *command {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.cmds[id]
-}
-
-// run accepts a command: its accept record is durable before its process
-// starts, and a command id already journaled is never started again.
-func (s *server) run(id string, rs *RunSpec) (*Status, error) {
-	spec, err := rs.execSpec()
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	if _, ok := s.cmds[id]; ok {
-		s.mu.Unlock()
-		return s.status(id, true), nil
-	}
-	if s.stopping {
-		s.mu.Unlock()
-		return nil, bothy.Errorf(bothy.ECONFLICT, "the supervisor is shutting down")
-	}
-	b, _ := json.Marshal(rs)
-	// Held across the fsync so that two Runs of one id cannot both start.
-	j, err := createJournal(s.cmdDir, id, b, s.cfg.RetainBytes)
-	if err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(s.runCtx)
-	c := &command{j: j, cancel: cancel}
-	s.cmds[id] = c
-	s.runs.Add(1)
-	s.mu.Unlock()
-
-	spec.Stdin = bytes.NewReader(rs.Stdin)
-	spec.Stdout = &output{s: s, j: j, kind: kindStdout}
-	spec.Stderr = &output{s: s, j: j, kind: kindStderr}
-	spec.Env = make(map[string]string, len(rs.Env)+1)
-	for k, v := range rs.Env {
-		spec.Env[k] = v
-	}
-	spec.Env[TokenEnv] = s.token
-	go s.exec(ctx, c, spec)
-	return s.status(id, false), nil
-}
-
-func (s *server) exec(ctx context.Context, c *command, spec bothy.ExecSpec) {
-	defer s.runs.Done()
-	res, err := s.cfg.Provider.Exec(ctx, s.h, spec)
-	s.mu.Lock()
-	cancelled := c.cancelled
-	c.cancel()
-	c.cancel = nil
-	s.mu.Unlock()
-	kind, data := kindExit, []byte(nil)
-	if res != nil {
-		c.j.mu.Lock()
-		dropped := c.j.dropped
-		c.j.mu.Unlock()
-		data, _ = json.Marshal(Exit{ExecResult: *res, Cancelled: cancelled, DroppedBytes: dropped})
-	} else {
-		e := &bothy.Error{Code: bothy.ErrorCode(err), Message: bothy.ErrorMessage(err)}
-		if e.Code == bothy.EINTERNAL {
-			s.log.Error("exec", "command", c.j.id, "err", err)
-		}
-		kind, data = kindState, mustJSON(finalState{State: StateFailed, Error: e})
-	}
-	if err := c.j.finish(kind, data); err != nil {
-		s.log.Error("journal exit", "command", c.j.id, "err", err)
-	}
-}
-
-func mustJSON(v any) []byte {
-	b, _ := json.Marshal(v)
-	return b
-}
-
-// output is the writer of one stream of a command. It never fails, so
-// that the provider keeps draining the pipe; a journal error is logged.
-type output struct {
-	s    *server
-	j    *journal
-	kind byte
-}
-
-func (o *output) Write(p []byte) (int, error) {
-	if err := o.j.output(o.kind, p); err != nil {
-		o.j.mu.Lock()
-		first := o.j.werr == nil
-		o.j.werr = err
-		o.j.mu.Unlock()
-		if first {
-			o.s.log.Error("journal output", "command", o.j.id, "err", err)
-		}
-	}
-	return len(p), nil
 }
 
 func (s *server) status(id string, existing bool) *Status {

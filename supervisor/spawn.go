@@ -3,8 +3,6 @@ package supervisor
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -14,7 +12,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -148,63 +145,6 @@ func Main(args []string, providers ...bothy.Provider) int {
 		return 1
 	}
 	return 0
-}
-
-// readToken returns the lease directory's token, creating it once.
-func readToken(dir string) (string, error) {
-	path := filepath.Join(dir, "token")
-	b, err := os.ReadFile(path)
-	if err == nil && len(b) == 32 {
-		return string(b), nil
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("read token: %w", err)
-	}
-	r := make([]byte, 16)
-	rand.Read(r)
-	tok := hex.EncodeToString(r)
-	if err := os.WriteFile(path, []byte(tok), 0o600); err != nil {
-		return "", fmt.Errorf("write token: %w", err)
-	}
-	if err := syncDir(dir); err != nil {
-		return "", err
-	}
-	return tok, nil
-}
-
-// killTokenProcesses SIGKILLs every process whose environment holds the
-// lease's token: the commands of a supervisor that died. A process that
-// cleared its environment escapes this; a sandbox provider's Stop is the
-// real guarantee. It returns how many it killed.
-func killTokenProcesses(token string) int {
-	want := []byte(TokenEnv + "=" + token)
-	killed := 0
-	for range 5 {
-		entries, _ := os.ReadDir("/proc")
-		found := 0
-		for _, e := range entries {
-			pid, err := strconv.Atoi(e.Name())
-			if err != nil || pid == os.Getpid() {
-				continue
-			}
-			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-			if err != nil {
-				continue
-			}
-			for _, kv := range bytes.Split(b, []byte{0}) {
-				if bytes.Equal(kv, want) {
-					syscall.Kill(pid, syscall.SIGKILL)
-					found++
-					break
-				}
-			}
-		}
-		if found == 0 {
-			break
-		}
-		killed += found
-		time.Sleep(20 * time.Millisecond)
-	}
-	return killed
 }
 
 // WaitGone waits until no supervisor holds dir: the lock a supervisor keeps

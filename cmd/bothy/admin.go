@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/secretfile"
 )
 
 // defaultScopes are the scopes of a new token unless --scopes says otherwise:
@@ -19,11 +22,15 @@ var defaultScopes = []string{bothy.ScopeComputersRead, bothy.ScopeComputersWrite
 const adminUsage = `usage:
   bothy admin token create --tenant T --owner O [--scopes a,b] [--expires D] [--json]
   bothy admin token revoke --tenant T TOKEN_ID
-scopes: ` + "computers:read, computers:write, files:read, files:write, admin, profile:NAME (a token without profile scopes may use the standard profile only)"
+  bothy admin secret put --tenant T NAME < VALUE
+scopes: ` + "computers:read, computers:write, files:read, files:write, admin, profile:NAME (a token without profile scopes may use the standard profile only), egress:allowlist|all, secret:NAME|*, budget:cpu-seconds|wall-seconds|bytes=N"
 
 // runAdmin runs operator verbs against the store directly, not through the
 // server: they work before any token exists.
 func runAdmin(ctx context.Context, args []string) error {
+	if len(args) >= 2 && args[0] == "secret" && args[1] == "put" {
+		return runSecretPut(args[2:])
+	}
 	if len(args) < 2 || args[0] != "token" {
 		return bothy.Errorf(bothy.EINVALID, "%s", adminUsage)
 	}
@@ -103,5 +110,28 @@ func runTokenRevoke(ctx context.Context, args []string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "revoked token %s\n", args[0])
+	return nil
+}
+
+// runSecretPut stores a secret of a tenant in the data directory's secret
+// store (DATA/secrets), reading its value from standard input (one
+// trailing newline is dropped when read back, see secretfile).
+func runSecretPut(args []string) error {
+	var cfg config
+	fs := flag.NewFlagSet("admin secret put", flag.ContinueOnError)
+	args, err := parseFlags(fs, &cfg, args)
+	if err != nil {
+		return err
+	} else if len(args) != 1 {
+		return bothy.Errorf(bothy.EINVALID, "%s", adminUsage)
+	}
+	value, err := io.ReadAll(io.LimitReader(os.Stdin, bothy.MaxSecretBytes+2))
+	if err != nil {
+		return err
+	}
+	if err := secretfile.NewStore(filepath.Join(cfg.data, "secrets")).Put(cfg.tenant, args[0], value); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "stored secret %s of tenant %s\n", args[0], cfg.tenant)
 	return nil
 }

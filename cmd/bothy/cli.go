@@ -281,3 +281,19 @@ func parseEgressFlag(v string) (bothy.EgressPolicy, error) {
 	}
 	return p, p.Validate()
 }
+
+// secretFlag collects --secret NAME[=VAR].
+type secretFlag []bothy.SecretRef
+
+func (s *secretFlag) String() string { return "" }
+
+func (s *secretFlag) Set(v string) error {
+	name, env, _ := strings.Cut(v, "=")
+	ref := bothy.SecretRef{Name: name, Env: env}
+	ref.Normalize()
+	if err := ref.Validate(); err != nil {
+		return err
+	}
+	*s = append(*s, ref)
+	return nil
+}

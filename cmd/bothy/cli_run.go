@@ -13,7 +13,7 @@ import (
 	bhttp "github.com/bothyhq/bothy/http"
 )
 
-const runUsage = "bothy run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... -- CMD [ARGS...]"
+const runUsage = "bothy run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... [--secret NAME[=VAR]]... -- CMD [ARGS...]"
 
 // run runs a command on a computer and streams its output: stdout events to
 // stdout, stderr events to stderr. It exits with the command's exit code
@@ -28,6 +28,8 @@ func (c *cli) run(ctx context.Context, args []string) error {
 	detach := fs.Bool("detach", false, "print the command id and return at once")
 	cwd := fs.String("cwd", "", "working directory, relative to the workspace root")
 	fs.Var(env, "env", "`K=V` environment variable of the command (repeatable)")
+	var secrets secretFlag
+	fs.Var(&secrets, "secret", "`NAME[=VAR]`: give the command the tenant's secret NAME in variable VAR (default: NAME upper-cased); redacted from its output (repeatable)")
 	stdin := fs.Bool("stdin", true, "send standard input (at most 1 MiB) to the command, unless it is a terminal")
 	cl, args, err := c.verb(fs, &rf, args, 1, runUsage, func(a []string) bool { return len(a) >= 2 })
 	if err != nil {
@@ -37,6 +39,7 @@ func (c *cli) run(ctx context.Context, args []string) error {
 	if len(env) > 0 {
 		req.Env = env
 	}
+	req.Secrets = secrets
 	if *stdin && !c.inTerminal && c.in != nil {
 		b, err := io.ReadAll(io.LimitReader(c.in, bothy.MaxStdinBytes+1))
 		if err != nil {

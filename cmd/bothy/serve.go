@@ -18,6 +18,7 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/control"
 	"github.com/bothyhq/bothy/receipt"
+	"github.com/bothyhq/bothy/secretfile"
 	bserver "github.com/bothyhq/bothy/server"
 )
 
@@ -82,7 +83,8 @@ func runServe(ctx context.Context, args []string) error {
 	sc := bserver.Config{
 		Data: cfg.data, Store: e.store, Blobs: e.blobs, Policy: policy, AgentToken: agentToken, Logger: log,
 		ReceiptKey: key, Version: buildVersion(),
-		Control: control.Config{IdleTimeout: rc.idle, MaxLifetime: rc.lifetime, Fault: os.Getenv("BOTHY_FAULT")},
+		Control: control.Config{IdleTimeout: rc.idle, MaxLifetime: rc.lifetime, Fault: os.Getenv("BOTHY_FAULT"),
+			Secrets: secretfile.NewStore(filepath.Join(cfg.data, "secrets"))},
 	}
 	if !rc.noAgent {
 		if sc.SupervisorCommand, err = bserver.Exe(); err != nil {

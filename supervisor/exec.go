@@ -1,0 +1,155 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"sync"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/redact"
+)
+
+// run accepts a command: its accept record is durable before its process
+// starts, and a command id already journaled is never started again.
+func (s *server) run(id string, rs *RunSpec) (*Status, error) {
+	spec, err := rs.execSpec()
+	if err != nil {
+		return nil, err
+	}
+	var red *redact.Redactor
+	if len(rs.Secrets) > 0 {
+		// Built before the lock: a large secret takes a moment.
+		values := make([][]byte, 0, len(rs.Secrets))
+		for _, v := range rs.Secrets {
+			values = append(values, []byte(v))
+		}
+		if red, err = redact.New(values); err != nil {
+			return nil, bothy.Errorf(bothy.EINVALID, "a secret is too short to redact")
+		}
+	}
+	s.mu.Lock()
+	if _, ok := s.cmds[id]; ok {
+		s.mu.Unlock()
+		return s.status(id, true), nil
+	}
+	if s.stopping {
+		s.mu.Unlock()
+		return nil, bothy.Errorf(bothy.ECONFLICT, "the supervisor is shutting down")
+	}
+	accepted := *rs
+	accepted.Secrets = nil // never on disk
+	b, _ := json.Marshal(&accepted)
+	// Held across the fsync so that two Runs of one id cannot both start.
+	j, err := createJournal(s.cmdDir, id, b, s.cfg.RetainBytes)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(s.runCtx)
+	c := &command{j: j, cancel: cancel}
+	s.cmds[id] = c
+	s.runs.Add(1)
+	s.mu.Unlock()
+
+	spec.Stdin = bytes.NewReader(rs.Stdin)
+	spec.Stdout = &output{s: s, j: j, kind: kindStdout}
+	spec.Stderr = &output{s: s, j: j, kind: kindStderr}
+	var flush []*redacted
+	if red != nil {
+		// Output is redacted before it reaches the journal and the
+		// archive, so neither ever holds a secret value.
+		out, errw := &redacted{w: red.Writer(spec.Stdout)}, &redacted{w: red.Writer(spec.Stderr)}
+		spec.Stdout, spec.Stderr, flush = out, errw, []*redacted{out, errw}
+	}
+	spec.Env[MarkEnv] = s.mark
+	go s.exec(ctx, c, spec, flush)
+	return s.status(id, false), nil
+}
+
+func (s *server) exec(ctx context.Context, c *command, spec bothy.ExecSpec, flush []*redacted) {
+	defer s.runs.Done()
+	res, err := s.cfg.Provider.Exec(ctx, s.h, spec)
+	// What the redactors hold back goes out before the exit record.
+	for _, r := range flush {
+		r.flush()
+	}
+	s.mu.Lock()
+	cancelled := c.cancelled
+	c.cancel()
+	c.cancel = nil
+	s.mu.Unlock()
+	kind, data := kindExit, []byte(nil)
+	if res != nil {
+		c.j.mu.Lock()
+		dropped := c.j.dropped
+		c.j.mu.Unlock()
+		data, _ = json.Marshal(Exit{ExecResult: *res, Cancelled: cancelled, DroppedBytes: dropped})
+	} else {
+		e := &bothy.Error{Code: bothy.ErrorCode(err), Message: bothy.ErrorMessage(err)}
+		if e.Code == bothy.EINTERNAL {
+			s.log.Error("exec", "command", c.j.id, "err", err)
+		}
+		kind, data = kindState, mustJSON(finalState{State: StateFailed, Error: e})
+	}
+	if err := c.j.finish(kind, data); err != nil {
+		s.log.Error("journal exit", "command", c.j.id, "err", err)
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// output is the writer of one stream of a command. It never fails, so
+// that the provider keeps draining the pipe; a journal error is logged.
+type output struct {
+	s    *server
+	j    *journal
+	kind byte
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	if err := o.j.output(o.kind, p); err != nil {
+		o.j.mu.Lock()
+		first := o.j.werr == nil
+		o.j.werr = err
+		o.j.mu.Unlock()
+		if first {
+			o.s.log.Error("journal output", "command", o.j.id, "err", err)
+		}
+	}
+	return len(p), nil
+}
+
+// redacted is the redacting writer of one stream of a command with
+// secrets, in front of its output. Like output it never fails. After
+// flush it drops what is written: a provider does not write after Exec
+// returns, and if one did, the bytes could not be redacted as a whole.
+type redacted struct {
+	mu   sync.Mutex
+	w    *redact.Writer
+	done bool
+}
+
+var _ io.Writer = (*redacted)(nil)
+
+func (r *redacted) Write(p []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.done {
+		r.w.Write(p)
+	}
+	return len(p), nil
+}
+
+func (r *redacted) flush() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.done {
+		r.w.Flush()
+		r.done = true
+	}
+}
