@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -114,8 +115,8 @@ func runTokenRevoke(ctx context.Context, args []string) error {
 }
 
 // runSecretPut stores a secret of a tenant in the data directory's secret
-// store (DATA/secrets), reading its value from standard input (one
-// trailing newline is dropped when read back, see secretfile).
+// store (DATA/secrets), reading its value from standard input without its
+// trailing newline.
 func runSecretPut(args []string) error {
 	var cfg config
 	fs := flag.NewFlagSet("admin secret put", flag.ContinueOnError)
@@ -129,6 +130,8 @@ func runSecretPut(args []string) error {
 	if err != nil {
 		return err
 	}
+	// `echo VALUE | bothy admin secret put` means VALUE, without the newline.
+	value = bytes.TrimSuffix(value, []byte("\n"))
 	if err := secretfile.NewStore(filepath.Join(cfg.data, "secrets")).Put(cfg.tenant, args[0], value); err != nil {
 		return err
 	}

@@ -206,6 +206,25 @@ func output(events []*bothy.Event) string {
 	return b.String()
 }
 
+// stderr is the stderr of a command's events.
+func stderr(events []*bothy.Event) string {
+	var b strings.Builder
+	for _, e := range events {
+		if e.Kind == bothy.EventStderr {
+			b.Write(e.Data)
+		}
+	}
+	return b.String()
+}
+
+// computer gets a computer.
+func (a *apiClient) computer(id string) *bothy.Computer {
+	a.t.Helper()
+	var c bothy.Computer
+	a.must("GET", "/v1/computers/"+id, nil, &c)
+	return &c
+}
+
 // checkSeqs fails unless the events' seqs are from, from+1, … with no gap
 // or duplicate.
 func checkSeqs(t *testing.T, events []*bothy.Event, from int64) {
