@@ -2,10 +2,18 @@
 // profile. It follows what was measured on the project's machines
 // (../shared/LAB.md, "Isolation"):
 //
-//   - each lease has a cgroup v1 leaf under the memory, pids and cpu
-//     controllers (memory.limit_in_bytes, pids.max, cpu.cfs_quota_us), and
-//     a directory in the v2 unified hierarchy with one child per command,
-//     used only for cgroup.kill and an exact list of a command's processes;
+//   - each lease has a cgroup v1 directory under the memory, pids, cpu and
+//     cpuacct controllers (one directory where cpu and cpuacct are mounted
+//     together) with its limits (memory.limit_in_bytes, pids.max,
+//     cpu.cfs_quota_us), and a directory in the v2 unified hierarchy;
+//   - each command has cgroups of its own under the lease's: a child in the
+//     unified hierarchy, used only for cgroup.kill and an exact list of
+//     its processes, and a child under memory and cpuacct for its usage
+//     (cgroup.go). The lease's limits bound the children hierarchically.
+//     A command's Usage is its cpuacct.usage and memory.max_usage_in_bytes
+//     when its main process has exited, and its memory.usage_in_bytes
+//     sampled every 200 ms while it runs; BytesWritten and NetworkBytes
+//     are the caller's to fill;
 //   - each lease has its own unprivileged host uid, allocated from a range
 //     (200000 upwards by default), and the workspace is chowned to it
 //     unless its root already appears owned by it: a runtime that asks
@@ -20,20 +28,27 @@
 //     bwrap unshares every namespace (user, mount, pid, net, ipc, uts,
 //     cgroup), so the sandbox has only a loopback interface (no egress), a
 //     read-only /usr and /etc, its own /proc, /dev and /tmp, and the
-//     workspace read-write at /workspace. Its pid 1 is a small perl init
+//     workspace read-write at /workspace. With LeaseSpec.NetNS, nsenter
+//     starts bwrap in that network namespace instead and bwrap keeps it
+//     (--share-net): the sandbox has the caller's veth, and the namespace
+//     stays the caller's to remove. Its pid 1 is a small perl init
 //     (holderInit) that reaps orphans and lives until Stop; the handle
 //     records its host pid and start time. bwrap puts it under the
 //     seccomp filter (seccomp.go);
 //   - a command starts as a root perl program (enterProgram), which enters
-//     its own cgroup, drops its groups, sets no_new_privs, enters the
-//     sandbox's namespaces and root, becomes the lease's uid there and
-//     installs the same seccomp filter before it forks the command: a
-//     command is no child of the sandbox's pid 1, so it would not inherit
-//     its filter. After exec it has no capabilities; its bounding set is
-//     full but bound to the sandbox's user namespace, and no_new_privs
-//     keeps file capabilities and set-uid programs from filling the
-//     others. A bash wrapper reads the environment from a pipe and changes
-//     to the working directory before it execs the command.
+//     its own cgroups, sets RLIMIT_FSIZE to Limits.ScratchBytes (the
+//     holder has it too, through prlimit), drops its groups, sets
+//     no_new_privs, enters the sandbox's namespaces and root, becomes the
+//     lease's uid there, restricts itself with Landlock (landlock.go:
+//     writes only under /workspace, /tmp and /dev/shm) and installs the
+//     same seccomp filter before it forks the command: a command is no
+//     child of the sandbox's pid 1, so it would not inherit its filter.
+//     After exec it has no capabilities; its bounding set is full but
+//     bound to the sandbox's user namespace, and no_new_privs keeps file
+//     capabilities and set-uid programs from filling the others. A bash
+//     wrapper reads the environment from a pipe and changes to the
+//     working directory before it execs the command. A command killed by
+//     SIGXFSZ (or a script that exits 128+SIGXFSZ) is DiskLimited.
 //
 // So processes that a command leaves in the background, its /tmp and its
 // listening sockets on 127.0.0.1 are there for the next command of the
@@ -105,9 +120,9 @@ type Options struct {
 	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
 	// cancel; zero means process.DefaultKillGrace.
 	KillGrace time.Duration
-	// Bwrap and Setpriv are the programs' paths; empty means a PATH
-	// lookup.
-	Bwrap, Setpriv string
+	// Bwrap, Setpriv, Nsenter and Prlimit are the programs' paths; empty
+	// means a PATH lookup.
+	Bwrap, Setpriv, Nsenter, Prlimit string
 }
 
 // Provider runs each lease in bubblewrap under its own uid and cgroups. It
@@ -118,6 +133,9 @@ type Provider struct {
 	// filter is the seccomp filter of every sandboxed process (seccomp.go).
 	filter []byte
 	uids   *uidpool.Pool
+	// acct is the hierarchy that holds the cpuacct controller: "cpuacct",
+	// or "cpu" where the two are mounted together.
+	acct string
 }
 
 // state is the provider's part of a handle.
@@ -129,13 +147,20 @@ type state struct {
 	// start time (in clock ticks since boot, /proc/PID/stat field 22).
 	Holder      int    `json:"holder"`
 	HolderStart uint64 `json:"holder_start"`
+	// Landlock is the Landlock ABI that restricts the lease's commands, as
+	// Start found it, or 0 if the host has none of minLandlockABI or later
+	// (landlock.go): its commands then run without. Handles written before
+	// commands were restricted have none either.
+	Landlock int `json:"landlock"`
 }
 
 // New checks the host's prerequisites and returns a Provider. It fails
-// with an error naming everything missing: root, bwrap, setpriv, bash,
-// perl (the sandbox's init and what enters it), an architecture the
-// seccomp filter knows, the cgroup v1 memory, pids and cpu controllers, cgroup.kill in the v2 hierarchy, or
-// a state directory bwrap can traverse.
+// with an error naming everything missing: root, bwrap, setpriv, nsenter,
+// prlimit, bash, perl (the sandbox's init and what enters it), an
+// architecture the seccomp filter knows, the cgroup v1 memory, pids, cpu
+// and cpuacct controllers with memory.use_hierarchy, cgroup.kill in the
+// v2 hierarchy, or a state directory bwrap can traverse. Landlock is not
+// required: without it, commands run without (see state.Landlock).
 func New(opt Options) (*Provider, error) {
 	opt.StateDir = cmp.Or(opt.StateDir, DefaultStateDir)
 	opt.CgroupRoot = cmp.Or(opt.CgroupRoot, DefaultCgroupRoot)
@@ -159,6 +184,8 @@ func New(opt Options) (*Provider, error) {
 	}
 	lookup(&opt.Bwrap, "bwrap")
 	lookup(&opt.Setpriv, "setpriv")
+	lookup(&opt.Nsenter, "nsenter")
+	lookup(&opt.Prlimit, "prlimit")
 	for _, prog := range []string{"/bin/sh", "/bin/bash", "/usr/bin/perl"} {
 		if _, err := os.Stat(prog); err != nil {
 			missing = append(missing, prog)
@@ -168,8 +195,12 @@ func New(opt Options) (*Provider, error) {
 	if err != nil {
 		missing = append(missing, err.Error())
 	}
+	acct := "cpuacct"
+	if exists(filepath.Join(opt.CgroupRoot, "cpu", "cpuacct.usage")) {
+		acct = "cpu"
+	}
 	if len(missing) == 0 {
-		missing = append(missing, opt.prepare()...)
+		missing = append(missing, opt.prepare(acct)...)
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("bwrap provider needs %s", strings.Join(missing, "; "))
@@ -186,19 +217,39 @@ func New(opt Options) (*Provider, error) {
 			return leaseID != "" && exists(filepath.Join(leases, leaseID)) || len(processesOf(uid)) > 0
 		},
 	}
-	return &Provider{opt: opt, filter: filter, uids: uids}, nil
+	return &Provider{opt: opt, filter: filter, uids: uids, acct: acct}, nil
+}
+
+// hierarchy returns the directory of the v1 hierarchy that holds
+// controller ctl.
+func (o *Options) hierarchy(ctl, acct string) string {
+	if ctl == "cpuacct" {
+		ctl = acct
+	}
+	return filepath.Join(o.CgroupRoot, ctl)
 }
 
 // prepare creates the parent cgroups and state directories and returns
 // what it found missing.
-func (o *Options) prepare() []string {
+func (o *Options) prepare(acct string) []string {
 	var missing []string
 	for _, ctl := range controllers {
-		dir := filepath.Join(o.CgroupRoot, ctl, o.CgroupParent)
-		if _, err := os.Stat(filepath.Join(o.CgroupRoot, ctl, "cgroup.procs")); err != nil {
-			missing = append(missing, fmt.Sprintf("the cgroup v1 %s controller at %s", ctl, filepath.Join(o.CgroupRoot, ctl)))
+		root := o.hierarchy(ctl, acct)
+		dir := filepath.Join(root, o.CgroupParent)
+		if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
+			missing = append(missing, fmt.Sprintf("the cgroup v1 %s controller at %s", ctl, root))
 		} else if err := os.MkdirAll(dir, 0o755); err != nil {
 			missing = append(missing, fmt.Sprintf("a writable cgroup %s (%v)", dir, err))
+		}
+	}
+	// A command's memory cgroup is a child of its lease's: only with
+	// use_hierarchy does the lease's limit count the command's memory.
+	// Recent kernels have it always; on older ones it can be set while
+	// the parent has no children yet.
+	hier := filepath.Join(o.CgroupRoot, "memory", o.CgroupParent, "memory.use_hierarchy")
+	if b, err := os.ReadFile(hier); err == nil && strings.TrimSpace(string(b)) == "0" {
+		if err := os.WriteFile(hier, []byte("1"), 0); err != nil {
+			missing = append(missing, fmt.Sprintf("memory.use_hierarchy 1 in %s (%v)", filepath.Dir(hier), err))
 		}
 	}
 	unified := filepath.Join(o.CgroupRoot, "unified", o.CgroupParent)
@@ -248,7 +299,10 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
 		return nil, bothy.Errorf(bothy.EINVALID, "workspace %s is not a directory", spec.Workspace)
 	}
-	st := &state{Dir: filepath.Join(p.opt.StateDir, "leases", spec.LeaseID)}
+	if err := checkNetNS(spec.NetNS); err != nil {
+		return nil, err
+	}
+	st := &state{Dir: filepath.Join(p.opt.StateDir, "leases", spec.LeaseID), Landlock: landlockABI()}
 	if err := os.Mkdir(st.Dir, 0o711); errors.Is(err, fs.ErrExist) {
 		return nil, bothy.Errorf(bothy.ECONFLICT, "lease %s is already started", spec.LeaseID)
 	} else if err != nil {
@@ -266,7 +320,7 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 func (p *Provider) cgroups(leaseID string) cgroupPaths {
 	c := cgroupPaths{V1: make(map[string]string)}
 	for _, ctl := range controllers {
-		c.V1[ctl] = filepath.Join(p.opt.CgroupRoot, ctl, p.opt.CgroupParent, leaseID)
+		c.V1[ctl] = filepath.Join(p.opt.hierarchy(ctl, p.acct), p.opt.CgroupParent, leaseID)
 	}
 	c.Unified = filepath.Join(p.opt.CgroupRoot, "unified", p.opt.CgroupParent, leaseID)
 	return c
@@ -325,7 +379,7 @@ func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (
 			return nil, err
 		}
 	}
-	if err := p.startHolder(ctx, st); err != nil {
+	if err := p.startHolder(ctx, spec, st); err != nil {
 		return nil, err
 	}
 	h, err := bothy.NewSandboxHandle(Name, spec, st)
@@ -356,8 +410,8 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 	res := &bothy.Residue{}
 	c := st.Cgroups
 	os.WriteFile(filepath.Join(c.Unified, "cgroup.kill"), []byte("1"), 0)
-	for _, ctl := range controllers {
-		if err := cgroupfs.Kill(c.V1[ctl], 5*time.Second); err != nil {
+	for _, dir := range c.v1Dirs() {
+		if err := cgroupfs.Kill(dir, 5*time.Second); err != nil {
 			res.Other = append(res.Other, err.Error())
 		}
 	}
@@ -442,8 +496,14 @@ func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHa
 
 func decodeState(h *bothy.SandboxHandle) (*state, error) {
 	var st state
-	if err := json.Unmarshal(h.State, &st); err != nil || st.Dir == "" || st.Cgroups.Unified == "" || len(st.Cgroups.V1) != len(controllers) || st.Holder <= 0 {
-		return nil, bothy.Errorf(bothy.EINVALID, "sandbox handle of lease %s has no valid bwrap state", h.LeaseID)
+	invalid := bothy.Errorf(bothy.EINVALID, "sandbox handle of lease %s has no valid bwrap state", h.LeaseID)
+	if err := json.Unmarshal(h.State, &st); err != nil || st.Dir == "" || st.Cgroups.Unified == "" || st.Holder <= 0 {
+		return nil, invalid
+	}
+	for _, ctl := range limitControllers {
+		if st.Cgroups.V1[ctl] == "" {
+			return nil, invalid
+		}
 	}
 	return &st, nil
 }
@@ -480,6 +540,19 @@ func processesOf(uid int) []int {
 		}
 	}
 	return pids
+}
+
+// checkNetNS checks that a lease's network namespace, if it has one, is a
+// namespace: bwrap is started in it with nsenter.
+func checkNetNS(path string) error {
+	if path == "" {
+		return nil
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil || fs.Type != unix.NSFS_MAGIC {
+		return bothy.Errorf(bothy.EINVALID, "lease network namespace %s is not a namespace", path)
+	}
+	return nil
 }
 
 // mounted reports whether path is a mount point in this mount namespace.

@@ -140,6 +140,15 @@ func TestProvider_Isolation(t *testing.T) {
 			}
 		}
 	})
+	t.Run("ErrConnectNetNS", func(t *testing.T) {
+		// What a sandbox with LeaseSpec.NetNS reaches (providertest), one
+		// without cannot.
+		_, addr := providertest.NetNS(t)
+		res, out, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Script: providertest.ConnectScript(addr), Timeout: 5 * time.Second})
+		if res.ExitCode == 0 || strings.Contains(out, "reached") {
+			t.Fatalf("connecting to %s from a sandbox without NetNS worked: %+v %q", addr, res, out)
+		}
+	})
 	t.Run("Hostname", func(t *testing.T) {
 		res, out, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Script: "cat /proc/sys/kernel/hostname"})
 		if res.ExitCode != 0 || out != "bothy\n" {

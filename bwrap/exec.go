@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -22,17 +21,23 @@ import (
 
 // enterProgram is the perl program that starts every command. It runs as
 // root on the host, single-threaded (which setns into a user namespace
-// needs), and does in one process what would take sh, setpriv and nsenter:
+// needs), and does in one process what would take sh, prlimit, setpriv and
+// nsenter:
 //
 //   - it writes its own pid to each cgroup.procs file given before "--",
-//     so that it and everything it starts is in the lease's cgroups before
-//     any code of the lease runs;
+//     so that it and everything it starts is in the lease's cgroups (the
+//     command's own, for its usage) before any code of the lease runs;
+//   - it sets RLIMIT_FSIZE, soft and hard, to the lease's ScratchBytes
+//     unless that is 0: no file the command writes grows past it, and
+//     without CAP_SYS_RESOURCE the command cannot raise it;
 //   - it drops its supplementary groups and sets no_new_privs;
 //   - it enters the holder's namespaces (fds nsFD...), the user namespace
 //     last, as nsenter does: bwrap's other namespaces belong to another
 //     user namespace than the one /proc/PID/ns/user names, and in that one
 //     the process would lose its capabilities over them. Then it enters the
 //     holder's root and becomes the lease's uid and gid there;
+//   - it restricts itself with Landlock (landlock.go), unless the lease
+//     has no Landlock ABI ("-"), opening the rules' paths in the sandbox;
 //   - it installs the seccomp filter, which denies setns among others, so
 //     it comes after the namespaces and before any code of the lease;
 //   - it forks, because only its children are in the sandbox's pid
@@ -40,19 +45,32 @@ import (
 //     waits and exits as the child did, as nsenter does.
 //
 // Its arguments: the uid, the numbers of the calls it makes
-// (syscallNumbers.String) and the filter in hex. Perl's syscall passes a
-// scalar as an integer only if it is a number, hence the "+ 0"s. Exit
-// status 125 means the command could not enter its cgroups or sandbox (a
-// Stop raced).
-const enterProgram = `my ($uid, $nr, $prog) = (shift() + 0, shift, pack("H*", shift));
-my ($setgroups, $prctl, $setns, $fchdir, $setresgid, $setresuid, $seccomp) = map { $_ + 0 } split(/,/, $nr);
+// (syscallNumbers.String), the filter in hex, the file size limit and the
+// Landlock rules (landlockRules). Perl's syscall passes a scalar as an
+// integer only if it is a number, hence the "+ 0"s, and a string only if
+// it is writable, which a pack of constants is not. Exit status 125 means
+// the command could not enter its cgroups or sandbox (a Stop raced).
+const enterProgram = `my ($uid, $nr, $prog, $fsize, $ll) = (shift() + 0, shift, pack("H*", shift), shift() + 0, shift);
+my ($setgroups, $prctl, $setns, $fchdir, $setresgid, $setresuid, $seccomp, $prlimit, $llcreate, $lladd, $llrestrict) = map { $_ + 0 } split(/,/, $nr);
 sub fail { print STDERR "bothy: $_[0]: $!\n"; exit 125 }
 while (@ARGV) { my $f = shift; last if $f eq "--"; my $c; open($c, ">", $f) && print($c "$$\n") && close($c) or fail("cannot enter cgroup $f") }
+!$fsize or syscall($prlimit, 0, 1, pack("QQ", $fsize, $fsize), 0) == 0 or fail("limit file size");
 syscall($setgroups, 0, 0) == 0 or fail("setgroups");
 syscall($prctl, 38, 1, 0, 0, 0) == 0 or fail("no_new_privs");
 for my $fd (5 .. 10, 4) { syscall($setns, $fd, 0) == 0 or fail("setns") }
 syscall($fchdir, 11) == 0 && chroot(".") && chdir("/") or fail("enter the sandbox's root");
 syscall($setresgid, $uid, $uid, $uid) == 0 && syscall($setresuid, $uid, $uid, $uid) == 0 or fail("setuid");
+if ($ll ne "-") {
+	my ($handled, @rules) = split(/,/, $ll);
+	my $rs = syscall($llcreate, pack("Q", $handled), 8, 0);
+	$rs >= 0 or fail("landlock_create_ruleset");
+	for (@rules) {
+		my ($rights, $path) = split(/:/, $_, 2);
+		sysopen(my $fh, $path, 010000000 | 02000000) or next; # O_PATH | O_CLOEXEC
+		syscall($lladd, $rs, 1, pack("Q l", $rights, fileno($fh)), 0) == 0 or fail("landlock_add_rule $path");
+	}
+	syscall($llrestrict, $rs, 0) == 0 or fail("landlock_restrict_self");
+}
 syscall($seccomp, 1, 0, pack("S x![P] P", length($prog) / 8, $prog)) == 0 or fail("seccomp");
 defined(my $pid = fork) or fail("fork");
 if (!$pid) { exec { $ARGV[0] } @ARGV; print STDERR "bothy: exec $ARGV[0]: $!\n"; exit 127 }
@@ -64,12 +82,14 @@ exit($sig ? 128 + $sig : $? >> 8);`
 // syscallNumbers are the numbers of the calls that enterProgram makes, on
 // this architecture.
 type syscallNumbers struct {
-	setgroups, prctl, setns, fchdir, setresgid, setresuid, seccomp uint32
+	setgroups, prctl, setns, fchdir, setresgid, setresuid, seccomp, prlimit64 uint32
+	landlockCreateRuleset, landlockAddRule, landlockRestrictSelf              uint32
 }
 
 // String returns the numbers in enterProgram's order, separated by commas.
 func (n syscallNumbers) String() string {
-	return fmt.Sprintf("%d,%d,%d,%d,%d,%d,%d", n.setgroups, n.prctl, n.setns, n.fchdir, n.setresgid, n.setresuid, n.seccomp)
+	return fmt.Sprintf("%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", n.setgroups, n.prctl, n.setns, n.fchdir, n.setresgid, n.setresuid, n.seccomp,
+		n.prlimit64, n.landlockCreateRuleset, n.landlockAddRule, n.landlockRestrictSelf)
 }
 
 // envFD is the descriptor that carries the command's environment as
@@ -89,10 +109,13 @@ const (
 // directory could not be entered.
 const wrapper = `while IFS= read -r -d '' kv; do export "$kv"; done <&3; unset OLDPWD; exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&- 9<&- 10<&- 11<&-; cd -- "$1" || exit 126; shift; exec "$@"`
 
-// Exec enters the lease's sandbox with enterProgram, in a cgroup of its
-// own, as the lease's uid, under the seccomp filter. If the command ends
-// on its own, what it left running stays, in its cgroup, until Stop; at a
-// timeout or cancel its whole cgroup is killed.
+// Exec enters the lease's sandbox with enterProgram, in cgroups of its
+// own, as the lease's uid, under Landlock and the seccomp filter. If the
+// command ends on its own, what it left running stays, in its cgroups,
+// until Stop; at a timeout or cancel its whole unified cgroup is killed.
+// Its usage is its cgroups': cpuacct.usage and memory.max_usage_in_bytes
+// when its main process has exited, and memory.usage_in_bytes sampled
+// while it runs.
 func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.ExecSpec) (*bothy.ExecResult, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -116,22 +139,20 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 			f.Close()
 		}
 	}()
-	sweepLeaves(st.Cgroups.Unified)
+	st.Cgroups.sweepLeaves()
 
-	leaf := filepath.Join(st.Cgroups.Unified, "x"+randomHex(8))
-	if err := os.Mkdir(leaf, 0o755); err != nil {
-		return nil, fmt.Errorf("create command cgroup: %w", err)
+	cg := st.Cgroups.command(commandPrefix + randomHex(8))
+	if err := cg.create(); err != nil {
+		return nil, err
 	}
 	var res *bothy.ExecResult
 	defer func() {
 		if res == nil || res.TimedOut || err != nil {
-			signalLeaf(leaf, syscall.SIGKILL, 0)
-			waitEmpty(leaf, 5*time.Second)
-			cgroupfs.Remove(leaf, 2*time.Second)
+			signalLeaf(cg.unified, syscall.SIGKILL, 0)
+			waitEmpty(cg.unified, 5*time.Second)
+			cg.remove(2 * time.Second)
 		} else {
-			// A leaf that still holds the command's background stays
-			// until it empties (sweepLeaves) or until Stop.
-			syscall.Rmdir(leaf)
+			cg.remove(0)
 		}
 	}()
 
@@ -145,7 +166,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		envW.Close()
 	}()
 
-	cmd := exec.Command("/usr/bin/perl", p.argv(st, leaf, cwd, spec)...)
+	cmd := exec.Command("/usr/bin/perl", p.argv(h, st, cg, cwd, spec)...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = append([]*os.File{envR}, holder...) // envFD, nsFD...
@@ -153,17 +174,20 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	// terminal, and the agent's job control never signals a command.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 
-	oomPath := filepath.Join(st.Cgroups.V1["memory"], "memory.oom_control")
 	pidsPath := filepath.Join(st.Cgroups.V1["pids"], "pids.events")
-	oomBefore, pidsBefore := cgroupfs.ReadCounter(oomPath, "oom_kill"), cgroupfs.ReadCounter(pidsPath, "max")
+	oomBefore, pidsBefore := st.Cgroups.oomKills(), cgroupfs.ReadCounter(pidsPath, "max")
 	var mainPid int
 	res, err = process.Run(ctx, cmd, spec, process.RunOptions{
-		Grace:   p.opt.KillGrace,
-		Started: func(pid int) { mainPid = pid },
-		Signal:  func(sig syscall.Signal) { signalLeaf(leaf, sig, mainPid) },
+		Grace:         p.opt.KillGrace,
+		Started:       func(pid int) { mainPid = pid },
+		Signal:        func(sig syscall.Signal) { signalLeaf(cg.unified, sig, mainPid) },
+		Memory:        cg.memory,
+		FileSizeLimit: h.Limits.ScratchBytes > 0,
 	})
 	if res != nil {
-		res.OOMKilled = cgroupfs.ReadCounter(oomPath, "oom_kill") > oomBefore
+		res.Usage.CPUMicros = cg.cpuMicros()
+		res.Usage.PeakMemoryBytes = max(res.Usage.PeakMemoryBytes, cg.peakMemory())
+		res.OOMKilled = st.Cgroups.oomKilledSince(oomBefore)
 		res.PidsLimited = cgroupfs.ReadCounter(pidsPath, "max") > pidsBefore
 		if res.Signal == "" && res.ExitCode == 128+int(syscall.SIGKILL) && (res.OOMKilled || res.TimedOut) {
 			res.Signal = "SIGKILL"
@@ -174,9 +198,10 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 
 // argv returns the arguments of perl: enterProgram and its arguments,
 // then the wrapper and the command.
-func (p *Provider) argv(st *state, leaf, cwd string, spec bothy.ExecSpec) []string {
-	args := []string{"-e", enterProgram, strconv.Itoa(st.UID), enterSyscalls.String(), hex.EncodeToString(p.filter)}
-	args = append(args, st.Cgroups.procsFiles(leaf)...)
+func (p *Provider) argv(h *bothy.SandboxHandle, st *state, cg *commandCgroups, cwd string, spec bothy.ExecSpec) []string {
+	args := []string{"-e", enterProgram, strconv.Itoa(st.UID), enterSyscalls.String(), hex.EncodeToString(p.filter),
+		strconv.FormatInt(h.Limits.ScratchBytes, 10), landlockRules(st.Landlock)}
+	args = append(args, st.Cgroups.procsFiles(cg)...)
 	args = append(args, "--", "/bin/bash", "-c", wrapper, "bothy-exec", filepath.Join("/workspace", cwd))
 	if spec.Script != "" {
 		return append(args, "/bin/bash", "-c", spec.Script)
@@ -203,21 +228,6 @@ func envPairs(layers ...map[string]string) []byte {
 		b = append(b, k+"="+env[k]+"\x00"...)
 	}
 	return b
-}
-
-// sweepLeaves removes the command cgroups of a lease that have emptied
-// since their command ended. A leaf younger than a minute is left alone: it
-// may be a command's that is starting.
-func sweepLeaves(unified string) {
-	entries, _ := os.ReadDir(unified)
-	for _, e := range entries {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), "x") {
-			continue
-		}
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > time.Minute {
-			syscall.Rmdir(filepath.Join(unified, e.Name()))
-		}
-	}
 }
 
 func randomHex(n int) string {

@@ -37,8 +37,11 @@ const holderLeaf = "holder"
 
 // startHolder starts the lease's sandbox: one bwrap, detached, whose pid 1
 // runs until Stop. Commands enter its namespaces. It records the host pid
-// of that pid 1 and its start time in st.
-func (p *Provider) startHolder(ctx context.Context, st *state) error {
+// of that pid 1 and its start time in st. With spec.NetNS, bwrap starts in
+// that network namespace (nsenter) and keeps it (--share-net); with
+// Limits.ScratchBytes, it runs under that RLIMIT_FSIZE (prlimit), as
+// commands do.
+func (p *Provider) startHolder(ctx context.Context, spec bothy.LeaseSpec, st *state) error {
 	leaf := filepath.Join(st.Cgroups.Unified, holderLeaf)
 	if err := os.Mkdir(leaf, 0o755); err != nil {
 		return fmt.Errorf("create holder cgroup: %w", err)
@@ -78,12 +81,23 @@ func (p *Provider) startHolder(ctx context.Context, st *state) error {
 		return err
 	}
 	args := []string{"-c", holderTrampoline, "sh"}
-	args = append(args, st.Cgroups.procsFiles(leaf)...)
-	args = append(args, "--",
+	args = append(args, st.Cgroups.procsFiles(&commandCgroups{unified: leaf})...)
+	args = append(args, "--")
+	var network []string
+	if spec.NetNS != "" {
+		args = append(args, p.opt.Nsenter, "--net="+spec.NetNS, "--")
+		network = []string{"--share-net"}
+	}
+	if n := spec.Limits.ScratchBytes; n > 0 {
+		args = append(args, p.opt.Prlimit, fmt.Sprintf("--fsize=%d:%d", n, n), "--")
+	}
+	args = append(args,
 		p.opt.Setpriv, "--reuid", uid, "--regid", uid, "--clear-groups",
 		"--inh-caps=-all", "--bounding-set=-all", "--",
 		p.opt.Bwrap,
-		"--unshare-all", "--new-session", "--as-pid-1",
+		"--unshare-all")
+	args = append(args, network...)
+	args = append(args, "--new-session", "--as-pid-1",
 		"--info-fd", "5",
 		"--seccomp", "6",
 		"--ro-bind", "/usr", "/usr",

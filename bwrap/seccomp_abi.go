@@ -35,5 +35,7 @@ const (
 var enterSyscalls = syscallNumbers{
 	setgroups: unix.SYS_SETGROUPS, prctl: unix.SYS_PRCTL, setns: unix.SYS_SETNS,
 	fchdir: unix.SYS_FCHDIR, setresgid: unix.SYS_SETRESGID, setresuid: unix.SYS_SETRESUID,
-	seccomp: unix.SYS_SECCOMP,
+	seccomp: unix.SYS_SECCOMP, prlimit64: unix.SYS_PRLIMIT64,
+	landlockCreateRuleset: unix.SYS_LANDLOCK_CREATE_RULESET, landlockAddRule: unix.SYS_LANDLOCK_ADD_RULE,
+	landlockRestrictSelf: unix.SYS_LANDLOCK_RESTRICT_SELF,
 }

@@ -47,14 +47,25 @@ func ReadCounter(path, key string) int64 {
 	return 0
 }
 
-// Kill empties a cgroup by sending SIGKILL to its processes until none is
-// left, for at most d. It is for v1, which has no cgroup.kill: a process
-// forked between a read and the kills is caught by the next round. A
-// missing cgroup is empty.
+// ReadInt returns the number in a single-value cgroup file such as
+// cpuacct.usage or memory.max_usage_in_bytes, or 0 if it cannot be read.
+func ReadInt(path string) int64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// Kill empties a cgroup and its child cgroups by sending SIGKILL to their
+// processes until none is left, for at most d. It is for v1, which has no
+// cgroup.kill: a process forked between a read and the kills is caught by
+// the next round. A missing cgroup is empty.
 func Kill(dir string, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
-		pids, err := ReadPids(filepath.Join(dir, "cgroup.procs"))
+		pids, err := pidsUnder(dir)
 		if errors.Is(err, fs.ErrNotExist) || err == nil && len(pids) == 0 {
 			return nil
 		} else if err != nil {
@@ -68,6 +79,28 @@ func Kill(dir string, d time.Duration) error {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// pidsUnder returns the pids in a cgroup and its descendants: in v1, a
+// parent's cgroup.procs does not list its children's processes. A child
+// removed meanwhile holds none.
+func pidsUnder(dir string) ([]int, error) {
+	pids, err := ReadPids(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		more, err := pidsUnder(filepath.Join(dir, e.Name()))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		pids = append(pids, more...)
+	}
+	return pids, nil
 }
 
 // Remove removes a cgroup directory and its child cgroups, retrying for at

@@ -1,9 +1,12 @@
 package cgroupfs_test
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -46,6 +49,17 @@ func TestReadCounter(t *testing.T) {
 	}
 }
 
+func TestReadInt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpuacct.usage")
+	write(t, path, "123456789\n")
+	if got := cgroupfs.ReadInt(path); got != 123456789 {
+		t.Errorf("ReadInt = %d, want 123456789", got)
+	}
+	if got := cgroupfs.ReadInt(path + ".missing"); got != 0 {
+		t.Errorf("ReadInt of a missing file = %d, want 0", got)
+	}
+}
+
 func TestKill(t *testing.T) {
 	dir := t.TempDir()
 	t.Run("Missing", func(t *testing.T) {
@@ -56,6 +70,41 @@ func TestKill(t *testing.T) {
 	t.Run("Empty", func(t *testing.T) {
 		write(t, filepath.Join(dir, "cgroup.procs"), "")
 		if err := cgroupfs.Kill(dir, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("Nested", func(t *testing.T) {
+		// A v1 parent's cgroup.procs does not list its children's
+		// processes: Kill finds them there.
+		root := "/sys/fs/cgroup/pids"
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to create cgroups")
+		} else if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
+			t.Skip("no cgroup v1 pids hierarchy")
+		}
+		parent := filepath.Join(root, fmt.Sprintf("cgroupfs-test-%d", os.Getpid()))
+		child := filepath.Join(parent, "child")
+		if err := os.MkdirAll(child, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer cgroupfs.Remove(parent, 2*time.Second)
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		write(t, filepath.Join(child, "cgroup.procs"), strconv.Itoa(cmd.Process.Pid))
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		if err := cgroupfs.Kill(parent, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the process in the child cgroup survived Kill")
+		}
+		if err := cgroupfs.Remove(parent, 2*time.Second); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -86,7 +86,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	if err != nil {
 		return nil, err
 	}
-	if !exists(st.Dir) || !exists(filepath.Join(p.opt.NetnsDir, st.ID)) {
+	if !exists(st.Dir) || !exists(p.netns(st)) {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is not running", h.LeaseID)
 	}
 	tag := newTag()
@@ -107,7 +107,13 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	// of the lease's uid: a fork bomb that reached the host's pids limit
 	// would crash the sentry, and with it every process of the lease.
 	// runsc exec ignores a process.json's rlimits, so prlimit sets it.
-	proc.Args = append([]string{"/usr/bin/prlimit", "--nproc=" + strconv.FormatInt(guestPids(h.Limits), 10), "--"}, proc.Args...)
+	// Limits.ScratchBytes is RLIMIT_FSIZE, which gVisor enforces as Linux
+	// does (SIGXFSZ, EFBIG).
+	limits := []string{"/usr/bin/prlimit", "--nproc=" + strconv.FormatInt(guestPids(h.Limits), 10)}
+	if n := h.Limits.ScratchBytes; n > 0 {
+		limits = append(limits, fmt.Sprintf("--fsize=%d:%d", n, n))
+	}
+	proc.Args = append(append(limits, "--"), proc.Args...)
 	pidFile := filepath.Join(st.Dir, "exec-"+strconv.Itoa(tag)+".pid")
 	defer os.Remove(pidFile)
 	cmd, closeProc, err := p.runscExec(st, proc, "--pid-file", pidFile)
@@ -119,15 +125,19 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	oomPath := filepath.Join(p.cgroupDir("memory", st), "memory.oom_control")
 	pidsPath := filepath.Join(p.cgroupDir("pids", st), "pids.events")
 	oomBefore, pidsBefore := cgroupfs.ReadCounter(oomPath, "oom_kill"), cgroupfs.ReadCounter(pidsPath, "max")
+	m := p.meter(st)
 	res, err := process.Run(ctx, cmd, spec, process.RunOptions{
 		Grace: p.opt.KillGrace,
 		// runsc exec forwards no signal: signal the command's tree in the
 		// sandbox by its tag.
-		Signal: func(sig syscall.Signal) { p.signalTag(st, tag, sig) },
+		Signal:        func(sig syscall.Signal) { p.signalTag(st, tag, sig) },
+		Memory:        m.memory,
+		FileSizeLimit: h.Limits.ScratchBytes > 0,
 	})
 	if res == nil {
 		return nil, err
 	}
+	m.end(&res.Usage)
 	res.OOMKilled = cgroupfs.ReadCounter(oomPath, "oom_kill") > oomBefore
 	res.PidsLimited = cgroupfs.ReadCounter(pidsPath, "max") > pidsBefore
 	if res.Signal == "" && res.ExitCode == 128+int(syscall.SIGKILL) && (res.OOMKilled || res.TimedOut) {
@@ -145,6 +155,37 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		res.ExitCode = 127
 	}
 	return res, err
+}
+
+// sandboxMeter measures a command by its sandbox's cgroups: the sentry's
+// processes are not the command's, so the counters are the whole
+// sandbox's, over the command's run (docs/gvisor.md).
+type sandboxMeter struct {
+	memoryDir, acctDir string
+	cpuBefore          int64
+}
+
+// meter starts measuring a command: it notes the sandbox's CPU time and
+// resets its memory high-water mark (which concurrent commands of the
+// lease share).
+func (p *Provider) meter(st *state) *sandboxMeter {
+	m := &sandboxMeter{memoryDir: p.cgroupDir("memory", st), acctDir: p.cgroupDir("cpuacct", st)}
+	m.cpuBefore = cgroupfs.ReadInt(filepath.Join(m.acctDir, "cpuacct.usage"))
+	os.WriteFile(filepath.Join(m.memoryDir, "memory.max_usage_in_bytes"), []byte("0"), 0)
+	return m
+}
+
+// memory returns the sandbox's memory now.
+func (m *sandboxMeter) memory() int64 {
+	return cgroupfs.ReadInt(filepath.Join(m.memoryDir, "memory.usage_in_bytes"))
+}
+
+// end fills u's CPU time and peak memory.
+func (m *sandboxMeter) end(u *bothy.Usage) {
+	if cpu := cgroupfs.ReadInt(filepath.Join(m.acctDir, "cpuacct.usage")); cpu > m.cpuBefore {
+		u.CPUMicros = (cpu - m.cpuBefore) / 1000
+	}
+	u.PeakMemoryBytes = max(u.PeakMemoryBytes, cgroupfs.ReadInt(filepath.Join(m.memoryDir, "memory.max_usage_in_bytes")))
 }
 
 // runscExec returns a runsc exec command of proc in the lease's sandbox,

@@ -11,7 +11,10 @@
 //     no egress. runsc's own --network=sandbox refuses to start here (its
 //     test for the root namespace is wrong on kernel 6.x), so every runsc
 //     command runs under `nsenter --net=/run/netns/NAME`; the sandbox's
-//     control socket is an abstract one, which lives in that namespace;
+//     control socket is an abstract one, which lives in that namespace.
+//     With LeaseSpec.NetNS, the sandbox runs in that namespace instead
+//     (with its veth, and runsc's control socket), and Stop leaves it to
+//     the caller;
 //   - one lease is one sandbox: Start writes an OCI bundle under the
 //     lease's state directory and runs `runsc run --detach` with a small
 //     perl init (holderInit) as the container's pid 1, which reaps orphans
@@ -28,7 +31,17 @@
 //     honours; runsc exec ignores a process.json's rlimits, so prlimit
 //     sets it), and the host's is MinPids above it. A memory limit that
 //     is reached kills the sentry: the command's result says OOMKilled
-//     and the lease's sandbox is gone;
+//     and the lease's sandbox is gone. The same cgroups meter commands:
+//     the sentry runs every process of the sandbox, so a command's Usage
+//     is the sandbox's, over the command's run (the growth of
+//     cpuacct.usage, the memory high-water mark reset at its start, and
+//     memory.usage_in_bytes sampled every 200 ms): it includes the
+//     sentry's own work and memory and, when commands of one lease run
+//     at once or leave work in the background, theirs;
+//   - Limits.ScratchBytes is RLIMIT_FSIZE of every command (prlimit) and
+//     of the container's init (the spec's rlimits), which gVisor enforces
+//     as Linux does: a write past it fails with EFBIG or SIGXFSZ, and a
+//     command killed by SIGXFSZ is DiskLimited;
 //   - each lease has its own host uid from a range, as with bwrap
 //     (package uidpool; see bothy.WorkspaceOwner): commands run as that
 //     uid and gid inside the sandbox with no capabilities and
@@ -140,15 +153,27 @@ type state struct {
 	// has a name of at most 108 bytes.
 	ID     string `json:"id"`
 	Cgroup string `json:"cgroup"` // cgroupsPath, under every controller
+	// NetNS is the caller's network namespace (LeaseSpec.NetNS) that the
+	// sandbox runs in; "" means one of the provider's own, named ID under
+	// NetnsDir, which Stop removes.
+	NetNS string `json:"netns,omitempty"`
 }
 
 func (st *state) runscRoot() string { return filepath.Join(st.Dir, "runsc") }
-func (st *state) bundle() string    { return filepath.Join(st.Dir, "bundle") }
+
+// netns returns the path of the network namespace the sandbox runs in.
+func (p *Provider) netns(st *state) string {
+	if st.NetNS != "" {
+		return st.NetNS
+	}
+	return filepath.Join(p.opt.NetnsDir, st.ID)
+}
+func (st *state) bundle() string { return filepath.Join(st.Dir, "bundle") }
 
 // New checks the host's prerequisites and returns a Provider. It fails
 // with an error naming everything missing: root, runsc, nsenter, ip, perl
-// (the sandbox's init and helpers), prlimit, bash, the cgroup v1 memory, pids and cpu
-// controllers, or a writable state directory.
+// (the sandbox's init and helpers), prlimit, bash, the cgroup v1 memory, pids, cpu
+// and cpuacct controllers, or a writable state directory.
 func New(opt Options) (*Provider, error) {
 	opt.StateDir = cmp.Or(opt.StateDir, DefaultStateDir)
 	opt.CgroupRoot = cmp.Or(opt.CgroupRoot, DefaultCgroupRoot)
@@ -233,8 +258,8 @@ func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error
 }
 
 // Start takes the lease's uid, chowns the workspace to it unless its root
-// already is the uid's, creates the lease's network namespace, writes the
-// bundle and runs the sandbox.
+// already is the uid's, creates the lease's network namespace unless
+// spec.NetNS names the caller's, writes the bundle and runs the sandbox.
 func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
@@ -242,7 +267,10 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
 		return nil, bothy.Errorf(bothy.EINVALID, "workspace %s is not a directory", spec.Workspace)
 	}
-	st := &state{Dir: filepath.Join(p.opt.StateDir, "leases", spec.LeaseID), ID: "bothy-" + randomHex(8)}
+	if err := checkNetNS(spec.NetNS); err != nil {
+		return nil, err
+	}
+	st := &state{Dir: filepath.Join(p.opt.StateDir, "leases", spec.LeaseID), ID: "bothy-" + randomHex(8), NetNS: spec.NetNS}
 	st.Cgroup = "/" + p.opt.CgroupParent + "/" + st.ID
 	if err := os.Mkdir(st.Dir, 0o700); errors.Is(err, fs.ErrExist) {
 		return nil, bothy.Errorf(bothy.ECONFLICT, "lease %s is already started", spec.LeaseID)
@@ -266,8 +294,10 @@ func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (
 	if err := uidpool.Chown(spec.Workspace, uid); err != nil {
 		return nil, err
 	}
-	if err := p.addNetns(ctx, st.ID); err != nil {
-		return nil, err
+	if st.NetNS == "" {
+		if err := p.addNetns(ctx, st.ID); err != nil {
+			return nil, err
+		}
 	}
 	if err := os.Mkdir(st.bundle(), 0o700); err != nil {
 		return nil, fmt.Errorf("create bundle: %w", err)
@@ -302,7 +332,7 @@ func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (
 // network namespace (where the sandbox's control socket is) with a clean
 // environment, in a session of its own.
 func (p *Provider) runsc(ctx context.Context, st *state, args ...string) *exec.Cmd {
-	argv := append([]string{"--net=" + filepath.Join(p.opt.NetnsDir, st.ID), "--", p.opt.Runsc, "--root=" + st.runscRoot()}, args...)
+	argv := append([]string{"--net=" + p.netns(st), "--", p.opt.Runsc, "--root=" + st.runscRoot()}, args...)
 	cmd := exec.CommandContext(ctx, p.opt.Nsenter, argv...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
@@ -324,7 +354,7 @@ func (p *Provider) addNetns(ctx context.Context, name string) error {
 // sandboxStatus returns runsc's status of the lease's container
 // ("running", "stopped", ...), or "" if runsc does not know it.
 func (p *Provider) sandboxStatus(ctx context.Context, st *state) string {
-	if !exists(filepath.Join(p.opt.NetnsDir, st.ID)) || !exists(st.runscRoot()) {
+	if !exists(p.netns(st)) || !exists(st.runscRoot()) {
 		return ""
 	}
 	out, err := p.runsc(ctx, st, "state", st.ID).Output()
@@ -341,8 +371,8 @@ func (p *Provider) sandboxStatus(ctx context.Context, st *state) string {
 }
 
 // Stop deletes the sandbox, kills whatever of it is left, removes its
-// cgroups, network namespace and directory, and frees its uid once nothing
-// of the lease is left.
+// cgroups, its own network namespace (not the caller's) and its directory,
+// and frees its uid once nothing of the lease is left.
 func (p *Provider) Stop(ctx context.Context, h *bothy.SandboxHandle) (*bothy.Residue, error) {
 	st, err := decodeState(h)
 	if err != nil {
@@ -390,19 +420,21 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 		}
 	}
 
-	ns := filepath.Join(p.opt.NetnsDir, st.ID)
-	if exists(ns) {
-		if err := unix.Unmount(ns, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
-			res.Other = append(res.Other, fmt.Sprintf("unmount %s: %v", ns, err))
+	// A network namespace of the caller's stays: the caller removes it.
+	if ns := p.netns(st); st.NetNS == "" {
+		if exists(ns) {
+			if err := unix.Unmount(ns, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+				res.Other = append(res.Other, fmt.Sprintf("unmount %s: %v", ns, err))
+			}
+			if !mounted(ns) {
+				os.Remove(ns)
+			}
 		}
-		if !mounted(ns) {
-			os.Remove(ns)
+		if mounted(ns) {
+			res.Mounts = append(res.Mounts, ns)
+		} else if exists(ns) {
+			res.Paths = append(res.Paths, ns)
 		}
-	}
-	if mounted(ns) {
-		res.Mounts = append(res.Mounts, ns)
-	} else if exists(ns) {
-		res.Paths = append(res.Paths, ns)
 	}
 
 	// The lease's directory holds only files of the provider and runsc;
@@ -446,6 +478,19 @@ func decodeState(h *bothy.SandboxHandle) (*state, error) {
 		return nil, bothy.Errorf(bothy.EINVALID, "sandbox handle of lease %s has no valid gvisor state", h.LeaseID)
 	}
 	return &st, nil
+}
+
+// checkNetNS checks that a lease's network namespace, if it has one, is a
+// namespace: runsc runs in it under nsenter.
+func checkNetNS(path string) error {
+	if path == "" {
+		return nil
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil || fs.Type != unix.NSFS_MAGIC {
+		return bothy.Errorf(bothy.EINVALID, "lease network namespace %s is not a namespace", path)
+	}
+	return nil
 }
 
 // tail returns the end of a log file, for an error message.

@@ -16,7 +16,7 @@ const holderInit = `$0 = "bothy-init"; $SIG{CHLD} = sub {}; while (1) { 1 while 
 
 // The cgroup v1 controllers whose presence New checks; runsc creates the
 // lease's cgroup under every v1 hierarchy it finds.
-var controllers = []string{"memory", "pids", "cpu"}
+var controllers = []string{"memory", "pids", "cpu", "cpuacct"}
 
 // The OCI runtime spec, as much of it as the provider writes.
 type (
@@ -29,12 +29,20 @@ type (
 		Linux    ociLinux   `json:"linux"`
 	}
 	ociProcess struct {
-		User            ociUser  `json:"user"`
-		Args            []string `json:"args"`
-		Env             []string `json:"env"`
-		Cwd             string   `json:"cwd"`
-		Capabilities    ociCaps  `json:"capabilities"`
-		NoNewPrivileges bool     `json:"noNewPrivileges"`
+		User            ociUser    `json:"user"`
+		Args            []string   `json:"args"`
+		Env             []string   `json:"env"`
+		Cwd             string     `json:"cwd"`
+		Capabilities    ociCaps    `json:"capabilities"`
+		NoNewPrivileges bool       `json:"noNewPrivileges"`
+		Rlimits         []ociLimit `json:"rlimits,omitempty"`
+	}
+	// ociLimit is an rlimit of a container's init; runsc exec ignores
+	// those of an exec'd process.
+	ociLimit struct {
+		Type string `json:"type"`
+		Hard uint64 `json:"hard"`
+		Soft uint64 `json:"soft"`
 	}
 	ociUser struct {
 		UID            int   `json:"uid"`
@@ -120,6 +128,9 @@ func (p *Provider) containerSpec(spec bothy.LeaseSpec, st *state) *ociSpec {
 		},
 	}
 	l := spec.Limits
+	if n := uint64(l.ScratchBytes); n > 0 {
+		s.Process.Rlimits = []ociLimit{{Type: "RLIMIT_FSIZE", Hard: n, Soft: n}}
+	}
 	// The host's pids limit leaves room above the guest's for the
 	// sentry's and the gofer's threads.
 	s.Linux.Resources.Pids.Limit = guestPids(l) + MinPids

@@ -8,7 +8,14 @@
 // group with its working directory confined under the workspace (a Cwd that
 // escapes, lexically or through a symlink, is refused), a minimal
 // environment rather than the agent's, and a timeout that kills the whole
-// process group. What a command leaves running in its group goes on until
+// process group. Limits.ScratchBytes is the command's RLIMIT_FSIZE (set by
+// prlimit), and with LeaseSpec.NetNS the command runs in that network
+// namespace (entered by nsenter, which needs the agent to be root); without
+// one, commands share the agent's network. A command's Usage is its rusage
+// (CPU time; the peak resident set of its largest process) and the resident
+// memory of its process group, sampled.
+//
+// What a command leaves running in its group goes on until
 // Stop kills the group. A process that leaves its group (setsid, a double
 // fork into a new session) escapes even that; so does one whose group
 // leader a provider of another agent process started (Stop kills only the
@@ -17,16 +24,20 @@
 package process
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bothyhq/bothy"
 )
@@ -62,6 +73,14 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 	if err := checkDir(spec.Workspace); err != nil {
 		return nil, err
 	}
+	if err := checkNetNS(spec.NetNS); err != nil {
+		return nil, err
+	}
+	if spec.Limits.ScratchBytes > 0 {
+		if _, err := exec.LookPath("prlimit"); err != nil {
+			return nil, fmt.Errorf("the process provider limits file sizes with prlimit, which is missing")
+		}
+	}
 	h, err := bothy.NewSandboxHandle(Name, spec, nil)
 	if err != nil {
 		return nil, fmt.Errorf("new handle: %w", err)
@@ -84,12 +103,19 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	if err != nil {
 		return nil, err
 	}
-	var cmd *exec.Cmd
+	argv := spec.Argv
 	if spec.Script != "" {
-		cmd = exec.Command("bash", "-c", spec.Script)
-	} else {
-		cmd = exec.Command(spec.Argv[0], spec.Argv[1:]...)
+		argv = []string{"bash", "-c", spec.Script}
 	}
+	// prlimit and nsenter exec the command: its pid, group and rusage
+	// are theirs.
+	if n := h.Limits.ScratchBytes; n > 0 {
+		argv = append([]string{"prlimit", fmt.Sprintf("--fsize=%d:%d", n, n), "--"}, argv...)
+	}
+	if h.NetNS != "" {
+		argv = append([]string{"nsenter", "--net=" + h.NetNS, "--"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = environ(h.Workspace, h.Env, spec.Env)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -114,8 +140,18 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 				syscall.Kill(-pid, syscall.SIGKILL)
 			}
 		},
-		Signal: func(sig syscall.Signal) { syscall.Kill(-pgid, sig) },
+		Signal:        func(sig syscall.Signal) { syscall.Kill(-pgid, sig) },
+		Memory:        func() int64 { return groupMemory(pgid) },
+		FileSizeLimit: h.Limits.ScratchBytes > 0,
 	})
+	if res != nil {
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			res.Usage.CPUMicros = ru.Utime.Nano()/1000 + ru.Stime.Nano()/1000
+			// ru_maxrss is in KiB: the largest of the process and its
+			// waited-for descendants.
+			res.Usage.PeakMemoryBytes = max(res.Usage.PeakMemoryBytes, ru.Maxrss*1024)
+		}
+	}
 	// A group that still has processes (the command's background) stays
 	// registered for Stop.
 	wait := 10 * time.Millisecond
@@ -173,6 +209,53 @@ func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHa
 		p.leases[h.LeaseID] = make(map[int]struct{})
 	}
 	return h, nil
+}
+
+// checkNetNS checks that a lease's network namespace, if it has one, can
+// be joined: nsenter needs root.
+func checkNetNS(path string) error {
+	if path == "" {
+		return nil
+	}
+	if os.Geteuid() != 0 {
+		return bothy.Errorf(bothy.EINVALID, "the process provider joins a network namespace with nsenter, which needs root")
+	}
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		return bothy.Errorf(bothy.EINVALID, "the process provider joins a network namespace with nsenter, which is missing")
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(path, &fs); err != nil || fs.Type != unix.NSFS_MAGIC {
+		return bothy.Errorf(bothy.EINVALID, "lease network namespace %s is not a namespace", path)
+	}
+	return nil
+}
+
+// groupMemory returns the resident memory of the processes of group pgid.
+func groupMemory(pgid int) int64 {
+	entries, _ := os.ReadDir("/proc")
+	var pages int64
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// The command name, in parentheses, may hold spaces; pgrp and rss
+		// are fields 5 and 24.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 22 || f[2] != strconv.Itoa(pgid) {
+			continue
+		}
+		n, _ := strconv.ParseInt(f[21], 10, 64)
+		pages += n
+	}
+	return pages * int64(os.Getpagesize())
 }
 
 func checkDir(dir string) error {

@@ -29,6 +29,10 @@ const outputGrace = 2 * time.Second
 // background process that still holds them.
 const outputSettle = 20 * time.Millisecond
 
+// MemorySampleInterval is how often Run samples RunOptions.Memory while a
+// command runs.
+const MemorySampleInterval = 200 * time.Millisecond
+
 // RunOptions are the provider's part of Run.
 type RunOptions struct {
 	// Grace is the time between SIGTERM and SIGKILL; zero means
@@ -42,6 +46,19 @@ type RunOptions struct {
 	// a provider whose main process is a sandbox monitor may spare it
 	// SIGTERM so that the command inside gets its grace period.
 	Signal func(syscall.Signal)
+	// Memory, if set, returns the memory that the command's processes
+	// hold now, in bytes. Run calls it once the command has started, every
+	// MemorySampleInterval while it runs and once when its main process
+	// has exited, and fills Usage.MemoryByteSeconds with the samples
+	// integrated over time and Usage.PeakMemoryBytes with the largest;
+	// a provider that has a better peak raises it. It is called from one
+	// goroutine, after Started.
+	Memory func() int64
+	// FileSizeLimit tells Run that the command runs under RLIMIT_FSIZE
+	// (Limits.ScratchBytes): Run then sets DiskLimited when the command
+	// was killed by SIGXFSZ, or exited 128+SIGXFSZ, as a shell does when
+	// that signal killed the command it ran last.
+	FileSizeLimit bool
 }
 
 // Run starts cmd with spec's standard input and output, waits for its main
@@ -57,7 +74,8 @@ type RunOptions struct {
 // process that goes on still holds the output pipes, Run detaches them:
 // what it writes later is read and discarded until it closes them, so it
 // never gets EPIPE. If ctx was done, Run returns the result together with
-// ctx's error.
+// ctx's error. Run fills Usage.WallMillis, and the memory fields if
+// opt.Memory is set; the rest of Usage is the provider's.
 func Run(ctx context.Context, cmd *exec.Cmd, spec bothy.ExecSpec, opt RunOptions) (*bothy.ExecResult, error) {
 	grace, signal := opt.Grace, opt.Signal
 	if grace <= 0 {
@@ -126,6 +144,14 @@ func Run(ctx context.Context, cmd *exec.Cmd, spec bothy.ExecSpec, opt RunOptions
 	if opt.Started != nil {
 		opt.Started(cmd.Process.Pid)
 	}
+	var mem memoryMeter
+	var sample <-chan time.Time
+	if opt.Memory != nil {
+		mem.sample(opt.Memory(), start)
+		t := time.NewTicker(MemorySampleInterval)
+		defer t.Stop()
+		sample = t.C
+	}
 	kill := func(sig syscall.Signal) {
 		if sig == syscall.SIGKILL {
 			cmd.Process.Signal(sig)
@@ -164,9 +190,17 @@ wait:
 		case <-killAt:
 			killAt = nil
 			kill(syscall.SIGKILL)
+		case now := <-sample:
+			mem.sample(opt.Memory(), now)
 		}
 	}
 	res.Duration = time.Since(start)
+	res.Usage.WallMillis = res.Duration.Milliseconds()
+	if opt.Memory != nil {
+		mem.sample(opt.Memory(), start.Add(res.Duration))
+		res.Usage.PeakMemoryBytes = mem.peak
+		res.Usage.MemoryByteSeconds = int64(mem.byteSeconds)
+	}
 	settle := outputSettle
 	if res.TimedOut || ctxErr != nil {
 		signal(syscall.SIGKILL)
@@ -192,10 +226,29 @@ wait:
 	} else {
 		res.ExitCode = cmd.ProcessState.ExitCode()
 	}
+	if opt.FileSizeLimit {
+		res.DiskLimited = res.Signal == "SIGXFSZ" || res.Signal == "" && res.ExitCode == 128+int(syscall.SIGXFSZ)
+	}
 	if ctxErr != nil {
 		return res, fmt.Errorf("run command: %w", ctxErr)
 	}
 	return res, nil
+}
+
+// memoryMeter integrates memory samples over time, linearly between
+// samples.
+type memoryMeter struct {
+	last        time.Time
+	lastBytes   int64
+	peak        int64
+	byteSeconds float64 // bytes times nanoseconds would overflow an int64
+}
+
+func (m *memoryMeter) sample(bytes int64, now time.Time) {
+	if !m.last.IsZero() {
+		m.byteSeconds += float64(m.lastBytes+bytes) / 2 * now.Sub(m.last).Seconds()
+	}
+	m.last, m.lastBytes, m.peak = now, bytes, max(m.peak, bytes)
 }
 
 // copyOutput copies r to dst until EOF, or until detach sets a past read

@@ -4,6 +4,15 @@
 //	func TestProvider(t *testing.T) {
 //		providertest.TestProvider(t, func(t *testing.T) bothy.Provider { return process.New() })
 //	}
+//
+// Besides running commands, it checks what every provider measures and
+// enforces alike: a command's Usage (CPU time, peak and integrated
+// memory, wall time), Limits.ScratchBytes as the largest file a command
+// can write (DiskLimited when that kills it) and LeaseSpec.NetNS. The
+// NetNS case needs root (it creates a namespace with ip) and is skipped
+// otherwise. What only an isolating provider does (no network without
+// NetNS, Landlock, cgroup accounting) is for the provider's own tests,
+// with the helpers here (NetNS, BusyScript, AllocScript).
 package providertest
 
 import (
@@ -58,6 +67,9 @@ func TestProvider(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 	t.Run("Stop", func(t *testing.T) { testStop(t, newProvider) })
 	t.Run("Recover", func(t *testing.T) { testRecover(t, newProvider) })
 	t.Run("Validate", func(t *testing.T) { testValidate(t, newProvider) })
+	t.Run("Usage", func(t *testing.T) { testUsage(t, newProvider) })
+	t.Run("Scratch", func(t *testing.T) { testScratch(t, newProvider) })
+	t.Run("NetNS", func(t *testing.T) { testNetNS(t, newProvider) })
 }
 
 func testExec(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
