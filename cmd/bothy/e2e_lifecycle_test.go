@@ -365,37 +365,56 @@ func TestE2E_SandboxDies(t *testing.T) {
 func TestE2E_Exhaustion(t *testing.T) {
 	needSandbox(t)
 	data := t.TempDir()
-	s := startServeWith(t, data, nil, "--lease-memory", "64MiB", "--lease-pids", "256")
+	s := startServeWith(t, data, nil, "--lease-memory", "64MiB", "--lease-pids", "256", "--lease-scratch", "32MiB")
 	a := newAPI(t, s, serverToken(t, s, data))
-	hog, bomb, other := a.create("hog"), a.create("bomb"), a.create("other")
+	hog, bomb, filler, files, loop, other := a.create("hog"), a.create("bomb"), a.create("filler"), a.create("files"), a.create("loop"), a.create("other")
 
-	exitFields := func(id string) map[string]any {
-		t.Helper()
-		events := a.events(id, 0, nil)
-		last := events[len(events)-1]
-		if last.Kind != bothy.EventExit {
-			t.Fatalf("last event of %s is %s", id, last.Kind)
-		}
-		var f map[string]any
-		if err := json.Unmarshal([]byte(last.Fields), &f); err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	h := a.run(hog.ID, bothy.RunRequest{Argv: []string{"perl", "-e", `$x = "a" x (512*1024*1024); print "survived\n"`}, Wait: true})
-	if h.State != bothy.CommandCompleted || h.ExitCode == nil || *h.ExitCode == 0 {
-		t.Fatalf("memory hog: %s, exit %v", h.State, h.ExitCode)
-	}
-	if f := exitFields(h.ID); f["oom_killed"] != true {
-		t.Errorf("memory hog's exit event: %v, want oom_killed", f)
-	}
-	b := a.run(bomb.ID, bothy.RunRequest{Script: "f() { f | f & }; f; sleep 2", TimeoutMS: 4000, Wait: true})
-	if f := exitFields(b.ID); f["pids_limited"] != true {
-		t.Errorf("fork bomb (%s): exit event %v, want pids_limited", b.State, f)
+	// All five at once, each in its own computer; the sixth answers
+	// meanwhile.
+	runs := map[string]*bothy.Command{
+		"hog":  a.run(hog.ID, bothy.RunRequest{Argv: []string{"perl", "-e", `$x = "a" x (512*1024*1024); print "survived\n"`}}),
+		"bomb": a.run(bomb.ID, bothy.RunRequest{Script: "f() { f | f & }; f; sleep 2", TimeoutMS: 4000}),
+		// One file past the scratch limit: the write fails (SIGXFSZ).
+		"filler": a.run(filler.ID, bothy.RunRequest{Argv: []string{"dd", "if=/dev/zero", "of=big", "bs=1M", "count=100", "status=none"}}),
+		// Many files, none past the limit alone: the watcher kills it.
+		"files": a.run(files.ID, bothy.RunRequest{Script: "i=0; while :; do head -c 1048576 /dev/zero > f$i; i=$((i+1)); sleep 0.02; done", TimeoutMS: 60000}),
+		"loop":  a.run(loop.ID, bothy.RunRequest{Script: "while :; do :; done", TimeoutMS: 3000}),
 	}
 	o := a.run(other.ID, bothy.RunRequest{Argv: []string{"echo", "ok"}, Wait: true})
 	if got := output(a.events(o.ID, 0, nil)); o.State != bothy.CommandCompleted || got != "ok\n" {
 		t.Fatalf("the other computer: %s %q", o.State, got)
+	}
+	for name, c := range runs {
+		runs[name] = a.wait(c.ID)
+	}
+	if h := runs["hog"]; h.State != bothy.CommandCompleted || h.ExitCode == nil || *h.ExitCode == 0 || !h.OOMKilled {
+		t.Errorf("memory hog: %s, exit %v, oom_killed %v", h.State, h.ExitCode, h.OOMKilled)
+	}
+	if b := runs["bomb"]; !b.PidsLimited {
+		t.Errorf("fork bomb: %s, pids_limited %v", b.State, b.PidsLimited)
+	}
+	if f := runs["filler"]; !f.DiskLimited {
+		t.Errorf("one big file: %s exit %v, disk_limited %v", f.State, f.ExitCode, f.DiskLimited)
+	}
+	if f := runs["files"]; !f.DiskLimited || f.State == bothy.CommandTimedOut {
+		t.Errorf("many files: %s exit %v, disk_limited %v", f.State, f.ExitCode, f.DiskLimited)
+	}
+	l := runs["loop"]
+	if l.State != bothy.CommandTimedOut {
+		t.Errorf("busy loop: %s, want timed_out", l.State)
+	}
+	// The loop's CPU time is metered: it ran for about its timeout, on at
+	// most the lease's one CPU.
+	if u := l.Usage; u.CPUMicros < 500_000 || u.CPUMicros > (l.DurationMS+500)*1000 || u.PeakMemoryBytes <= 0 {
+		t.Errorf("busy loop usage %+v over %d ms", u, l.DurationMS)
+	}
+	if c := a.computer(loop.ID); c.Usage.CPUMicros < l.Usage.CPUMicros {
+		t.Errorf("computer usage %+v, below its command's %+v", c.Usage, l.Usage)
+	}
+	// A computer over its scratch limit can still be cleaned up.
+	rm := a.run(files.ID, bothy.RunRequest{Script: "rm -f f*; echo cleaned", Wait: true})
+	if got := output(a.events(rm.ID, 0, nil)); rm.State != bothy.CommandCompleted || got != "cleaned\n" || rm.DiskLimited {
+		t.Errorf("clean-up after the limit: %s %q disk_limited %v", rm.State, got, rm.DiskLimited)
 	}
 	destroyAll(t, a, data)
 	s.stop(t)

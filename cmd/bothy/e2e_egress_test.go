@@ -1,0 +1,132 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	nethttp "net/http"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/bothyhq/bothy"
+)
+
+// TestE2E_Egress runs the real server with bwrap and the egress broker.
+// Two origins listen on the host: an allowed one on 127.0.0.2 (admitted
+// by --egress-allow-private 127.0.0.2/32, as an operator would for an
+// internal service) and one on every address (0.0.0.0).
+//
+//   - a computer with egress none reaches neither, by any address;
+//   - an allowlist computer reaches the allowed origin through the broker
+//     (HTTP_PROXY is set for it), and is metered for it;
+//   - a destination not on its allowlist is denied with the broker's reason;
+//   - a direct connection that bypasses the proxy fails;
+//   - loopback (localhost resolves to 127.0.0.1, not allowed) and the
+//     metadata address are denied even though the allowlist names them;
+//   - after destroy, no namespace, veth or nftables chain of the leases is
+//     left.
+func TestE2E_Egress(t *testing.T) {
+	needSandbox(t)
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl is needed inside the sandbox (scripts/sandbox-deps installs it)")
+	}
+	allowed := origin(t, "127.0.0.2:0", "allowed origin")
+	open := origin(t, "0.0.0.0:0", "host service")
+	_, openPort, _ := net.SplitHostPort(open)
+	hostIP := hostAddress(t)
+
+	data := t.TempDir()
+	s := startServeWith(t, data, nil, "--egress-allow-private", "127.0.0.2/32")
+	a := newAPI(t, s, serverToken(t, s, data))
+	none := a.create("none")
+	var allow bothy.Computer
+	a.must("POST", "/v1/computers", map[string]any{"label": "allow", "egress": bothy.EgressPolicy{Mode: bothy.EgressAllowlist,
+		Allow: []string{allowed, "localhost:" + openPort, "169.254.169.254:80"}}}, &allow)
+	if allow.Egress.Mode != bothy.EgressAllowlist {
+		t.Fatalf("created with egress %+v", allow.Egress)
+	}
+
+	run := func(c *bothy.Computer, script string) (*bothy.Command, string) {
+		t.Helper()
+		cmd := a.run(c.ID, bothy.RunRequest{Script: script, TimeoutMS: 30000, Wait: true})
+		return cmd, output(a.events(cmd.ID, 0, nil)) + stderr(a.events(cmd.ID, 0, nil))
+	}
+	// A none computer: only loopback, no proxy variables.
+	_, out := run(none, fmt.Sprintf(`env | grep -ci _proxy; ip -o link 2>/dev/null | wc -l
+for a in %s 127.0.0.1; do curl -sS -m 3 --noproxy '*' http://$a:%s/ && echo REACHED $a; done; true`, hostIP, openPort))
+	if strings.Contains(out, "REACHED") || !strings.HasPrefix(out, "0\n") {
+		t.Errorf("a computer with egress none reached a host service or got proxy variables:\n%s", out)
+	}
+
+	// Allowlisted: through the broker.
+	cmd, out := run(&allow, "echo $HTTPS_PROXY; curl -sS -m 10 http://"+allowed+"/")
+	if !strings.Contains(out, "allowed origin") || cmd.ExitCode == nil || *cmd.ExitCode != 0 {
+		t.Errorf("allowlisted origin not reached (%s, exit %v):\n%s", cmd.State, cmd.ExitCode, out)
+	}
+	if cmd.Usage.NetworkBytes < int64(len("allowed origin")) {
+		t.Errorf("network bytes %d for a request through the broker", cmd.Usage.NetworkBytes)
+	}
+	// Not on the allowlist, or a name that resolves to loopback, or the
+	// metadata address: the broker answers 403 with its reason.
+	for _, tc := range []struct{ url, reason string }{
+		{"http://" + open + "/", "allowlist"},
+		{"http://" + hostIP + ":" + openPort + "/", "allowlist"},
+		{"http://localhost:" + openPort + "/", "loopback"},
+		{"http://169.254.169.254/latest/meta-data/", "metadata"},
+	} {
+		// --noproxy '' sends even localhost through the proxy, whatever
+		// NO_PROXY says.
+		_, out := run(&allow, "curl -sS -m 10 --noproxy '' -w ' status=%{http_code}' "+tc.url)
+		if !strings.Contains(out, "status=403") || !strings.Contains(out, "bothy egress: denied") || !strings.Contains(out, tc.reason) {
+			t.Errorf("%s through the broker: want 403 naming %q, got:\n%s", tc.url, tc.reason, out)
+		}
+	}
+	// Bypassing the proxy: nothing but the broker answers.
+	_, out = run(&allow, fmt.Sprintf(`for a in %s %s; do curl -sS -m 3 --noproxy '*' http://$a/ && echo REACHED $a; done; true`, allowed, hostIP+":"+openPort))
+	if strings.Contains(out, "REACHED") {
+		t.Errorf("a direct connection bypassed the broker:\n%s", out)
+	}
+	c := a.computer(allow.ID)
+	if c.Usage.NetworkBytes == 0 {
+		t.Errorf("the computer's usage shows no network bytes: %+v", c.Usage)
+	}
+	destroyAll(t, a, data)
+	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), "bothy-") {
+		t.Errorf("network namespaces left: %s", out)
+	}
+	if out, _ := exec.Command("nft", "list", "table", "inet", "bothy").Output(); strings.Contains(string(out), "chain lease_") {
+		t.Errorf("nftables lease chains left:\n%s", out)
+	}
+	s.stop(t)
+}
+
+// origin serves text on addr and returns the address it listens on.
+func origin(t *testing.T, addr, text string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &nethttp.Server{Handler: nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
+		fmt.Fprintln(w, text)
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return ln.Addr().String()
+}
+
+// hostAddress returns a non-loopback IPv4 address of the host.
+func hostAddress(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && !ip.IP.IsLoopback() && !strings.HasPrefix(ip.IP.String(), "10.2") {
+			return ip.IP.String()
+		}
+	}
+	t.Fatal("the host has no non-loopback IPv4 address")
+	return ""
+}
