@@ -82,7 +82,8 @@ func (c *Controller) ensureLease(ctx context.Context, tenantID, computerID strin
 		l := &bothy.Lease{
 			ID: newID("lse_"), TenantID: tenantID, ComputerID: computerID, Generation: comp.Generation + 1,
 			Provider: provider, Host: c.pickAgent(now), CPUMillis: c.cfg.Limits.CPUMillis, MemoryBytes: c.cfg.Limits.MemoryBytes,
-			ExpiresAt: now.Add(c.cfg.LeaseTTL),
+			ScratchBytes: bothy.ScratchBytes(comp, c.cfg.Limits.ScratchBytes),
+			ExpiresAt:    now.Add(c.cfg.LeaseTTL),
 		}
 		if err := c.store.AcquireLease(ctx, l); err != nil {
 			if bothy.ErrorCode(err) == bothy.ECONFLICT {
