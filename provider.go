@@ -88,6 +88,16 @@ type WorkspaceOwner interface {
 	WorkspaceUID(ctx context.Context, leaseID string) (int, error)
 }
 
+// CommandLimiter is a Provider that can limit one command's memory, pids,
+// CPU and file size (ExecSpec.Limits) apart from the lease's other
+// commands; a provider that is not one refuses a spec with limits
+// (EINVALID).
+type CommandLimiter interface {
+	Provider
+	// LimitsCommands reports whether this provider, as configured, can.
+	LimitsCommands() bool
+}
+
 // Limits are a lease's resource limits. Zero means the provider's default,
 // which may be unlimited.
 type Limits struct {
@@ -117,6 +127,16 @@ type LeaseSpec struct {
 	// Env is set for every command of the lease, under ExecSpec.Env. It is
 	// kept in the handle, so it must hold no secret.
 	Env map[string]string
+}
+
+// FileSizeLimit returns the size a file written by a command of a lease
+// with these limits may grow to, given the command's own limits: the lower
+// non-zero scratch limit, or 0 for none.
+func (l Limits) FileSizeLimit(cmd Limits) int64 {
+	if cmd.ScratchBytes > 0 && (l.ScratchBytes == 0 || cmd.ScratchBytes < l.ScratchBytes) {
+		return cmd.ScratchBytes
+	}
+	return l.ScratchBytes
 }
 
 // Validate reports whether s can be started.
@@ -158,6 +178,12 @@ type ExecSpec struct {
 	Stdout, Stderr io.Writer
 	// Timeout bounds the command's wall time; zero means none.
 	Timeout time.Duration
+	// Limits are the command's own limits, within the lease's: MemoryBytes,
+	// Pids and CPUMillis bound the command's processes together (its
+	// background ones too), ScratchBytes lowers the size a file may grow
+	// to. Zero fields leave the lease's. A provider that is no
+	// CommandLimiter refuses a spec with limits (EINVALID).
+	Limits Limits
 }
 
 // Validate reports whether s can be run.
@@ -168,6 +194,8 @@ func (s *ExecSpec) Validate() error {
 		return Errorf(EINVALID, "a command's program must not be empty")
 	} else if s.Timeout < 0 {
 		return Errorf(EINVALID, "a command's timeout must not be negative")
+	} else if l := s.Limits; l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 {
+		return Errorf(EINVALID, "a command's limits must not be negative")
 	}
 	for _, a := range s.Argv {
 		if strings.IndexByte(a, 0) >= 0 {

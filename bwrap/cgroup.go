@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/cgroupfs"
 )
 
@@ -61,7 +63,7 @@ func (c *cgroupPaths) all() []string {
 func (c *cgroupPaths) procsFiles(cmd *commandCgroups) []string {
 	var out []string
 	for _, dir := range c.v1Dirs() {
-		for _, ctl := range meteredControllers {
+		for _, ctl := range controllers {
 			if c.V1[ctl] == dir && cmd.v1[ctl] != "" {
 				dir = cmd.v1[ctl]
 				break
@@ -72,10 +74,19 @@ func (c *cgroupPaths) procsFiles(cmd *commandCgroups) []string {
 	return append(out, filepath.Join(cmd.unified, "cgroup.procs"))
 }
 
-// command returns the cgroups of a command named name.
-func (c *cgroupPaths) command(name string) *commandCgroups {
+// command returns the cgroups of a command named name: a child under the
+// metered controllers, and under pids and cpu too when lim sets the
+// command's own pids or CPU limit.
+func (c *cgroupPaths) command(name string, lim bothy.Limits) *commandCgroups {
 	cmd := &commandCgroups{unified: filepath.Join(c.Unified, name), v1: make(map[string]string)}
-	for _, ctl := range meteredControllers {
+	ctls := slices.Clone(meteredControllers)
+	if lim.Pids > 0 {
+		ctls = append(ctls, "pids")
+	}
+	if lim.CPUMillis > 0 {
+		ctls = append(ctls, "cpu")
+	}
+	for _, ctl := range ctls {
 		if dir := c.V1[ctl]; dir != "" {
 			cmd.v1[ctl] = filepath.Join(dir, name)
 		}
@@ -88,10 +99,8 @@ func (c *cgroupPaths) command(name string) *commandCgroups {
 // may be a command's that is starting.
 func (c *cgroupPaths) sweepLeaves() {
 	parents := []string{c.Unified}
-	for _, ctl := range meteredControllers {
-		if dir := c.V1[ctl]; dir != "" {
-			parents = append(parents, dir)
-		}
+	for _, dir := range c.v1Dirs() {
+		parents = append(parents, dir)
 	}
 	for _, parent := range parents {
 		entries, _ := os.ReadDir(parent)
@@ -144,7 +153,7 @@ type commandCgroups struct {
 
 func (cmd *commandCgroups) dirs() []string {
 	out := []string{cmd.unified}
-	for _, ctl := range meteredControllers {
+	for _, ctl := range controllers {
 		if dir := cmd.v1[ctl]; dir != "" && !slices.Contains(out, dir) {
 			out = append(out, dir)
 		}
@@ -152,19 +161,54 @@ func (cmd *commandCgroups) dirs() []string {
 	return out
 }
 
-// create makes the command's cgroups, or none of them.
-func (cmd *commandCgroups) create() error {
+// create makes the command's cgroups and sets the command's own limits in
+// them, or leaves none of them.
+func (cmd *commandCgroups) create(lim bothy.Limits) error {
 	var made []string
+	undo := func(err error) error {
+		for _, d := range slices.Backward(made) {
+			syscall.Rmdir(d)
+		}
+		return err
+	}
 	for _, dir := range cmd.dirs() {
 		if err := os.Mkdir(dir, 0o755); err != nil {
-			for _, d := range made {
-				syscall.Rmdir(d)
-			}
-			return fmt.Errorf("create command cgroup: %w", err)
+			return undo(fmt.Errorf("create command cgroup: %w", err))
 		}
 		made = append(made, dir)
 	}
+	if lim.MemoryBytes > 0 {
+		mem := cmd.v1["memory"]
+		if err := writeFile(filepath.Join(mem, "memory.limit_in_bytes"), strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
+			return undo(err)
+		}
+		if sw := filepath.Join(mem, "memory.memsw.limit_in_bytes"); exists(sw) {
+			if err := writeFile(sw, strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
+				return undo(err)
+			}
+		}
+	}
+	if lim.Pids > 0 {
+		if err := writeFile(filepath.Join(cmd.v1["pids"], "pids.max"), strconv.FormatInt(lim.Pids, 10)); err != nil {
+			return undo(err)
+		}
+	}
+	if lim.CPUMillis > 0 {
+		cpu := cmd.v1["cpu"]
+		if err := writeFile(filepath.Join(cpu, "cpu.cfs_period_us"), "100000"); err != nil {
+			return undo(err)
+		}
+		if err := writeFile(filepath.Join(cpu, "cpu.cfs_quota_us"), strconv.FormatInt(lim.CPUMillis*100, 10)); err != nil {
+			return undo(err)
+		}
+	}
 	return nil
+}
+
+// pidsLimited reports whether the command's own pids limit refused a fork.
+func (cmd *commandCgroups) pidsLimited() bool {
+	dir := cmd.v1["pids"]
+	return dir != "" && cgroupfs.ReadCounter(filepath.Join(dir, "pids.events"), "max") > 0
 }
 
 // remove removes the command's cgroups, waiting up to d for their exiting

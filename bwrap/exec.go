@@ -141,8 +141,8 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	}()
 	st.Cgroups.sweepLeaves()
 
-	cg := st.Cgroups.command(commandPrefix + randomHex(8))
-	if err := cg.create(); err != nil {
+	cg := st.Cgroups.command(commandPrefix+randomHex(8), spec.Limits)
+	if err := cg.create(spec.Limits); err != nil {
 		return nil, err
 	}
 	var res *bothy.ExecResult
@@ -176,19 +176,20 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 
 	pidsPath := filepath.Join(st.Cgroups.V1["pids"], "pids.events")
 	oomBefore, pidsBefore := st.Cgroups.oomKills(), cgroupfs.ReadCounter(pidsPath, "max")
+	fsize := h.Limits.FileSizeLimit(spec.Limits)
 	var mainPid int
 	res, err = process.Run(ctx, cmd, spec, process.RunOptions{
 		Grace:         p.opt.KillGrace,
 		Started:       func(pid int) { mainPid = pid },
 		Signal:        func(sig syscall.Signal) { signalLeaf(cg.unified, sig, mainPid) },
 		Memory:        cg.memory,
-		FileSizeLimit: h.Limits.ScratchBytes > 0,
+		FileSizeLimit: fsize > 0,
 	})
 	if res != nil {
 		res.Usage.CPUMicros = cg.cpuMicros()
 		res.Usage.PeakMemoryBytes = max(res.Usage.PeakMemoryBytes, cg.peakMemory())
 		res.OOMKilled = st.Cgroups.oomKilledSince(oomBefore)
-		res.PidsLimited = cgroupfs.ReadCounter(pidsPath, "max") > pidsBefore
+		res.PidsLimited = cgroupfs.ReadCounter(pidsPath, "max") > pidsBefore || cg.pidsLimited()
 		if res.Signal == "" && res.ExitCode == 128+int(syscall.SIGKILL) && (res.OOMKilled || res.TimedOut) {
 			res.Signal = "SIGKILL"
 		}
@@ -200,7 +201,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 // then the wrapper and the command.
 func (p *Provider) argv(h *bothy.SandboxHandle, st *state, cg *commandCgroups, cwd string, spec bothy.ExecSpec) []string {
 	args := []string{"-e", enterProgram, strconv.Itoa(st.UID), enterSyscalls.String(), hex.EncodeToString(p.filter),
-		strconv.FormatInt(h.Limits.ScratchBytes, 10), landlockRules(st.Landlock)}
+		strconv.FormatInt(h.Limits.FileSizeLimit(spec.Limits), 10), landlockRules(st.Landlock)}
 	args = append(args, st.Cgroups.procsFiles(cg)...)
 	args = append(args, "--", "/bin/bash", "-c", wrapper, "bothy-exec", filepath.Join("/workspace", cwd))
 	if spec.Script != "" {
@@ -235,3 +236,9 @@ func randomHex(n int) string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+var _ bothy.CommandLimiter = (*Provider)(nil)
+
+// LimitsCommands reports true: each command has its own memory, pids and
+// cpu cgroups when it asks for limits (commandCgroups.create).
+func (p *Provider) LimitsCommands() bool { return true }

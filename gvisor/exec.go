@@ -81,6 +81,9 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if spec.Limits != (bothy.Limits{}) {
+		return nil, bothy.Errorf(bothy.EINVALID, "the gvisor provider limits a lease, not a single command")
+	}
 	cwd, _ := bothy.CleanCwd(spec.Cwd)
 	st, err := decodeState(h)
 	if err != nil {

@@ -99,6 +99,9 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
+	if spec.Limits != (bothy.Limits{}) {
+		return nil, bothy.Errorf(bothy.EINVALID, "the process provider limits a lease, not a single command")
+	}
 	dir, err := confine(h.Workspace, spec.Cwd)
 	if err != nil {
 		return nil, err
