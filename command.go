@@ -113,9 +113,11 @@ type Command struct {
 	EnvNames []string `json:"env_names,omitempty"`
 	// Secrets names the secrets it was given and the variables that held
 	// them; values are never stored.
-	Secrets   []SecretRef `json:"secrets,omitempty"`
-	TimeoutMS int64       `json:"timeout_ms,omitempty"`
-	State     string      `json:"state"`
+	Secrets []SecretRef `json:"secrets,omitempty"`
+	// Limits are its own limits, within its lease's (RunRequest.Limits).
+	Limits    Limits `json:"limits,omitzero"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	State     string `json:"state"`
 	// ExitCode is nil until the process exits; Signal names the signal that
 	// killed it, if any ("SIGKILL").
 	ExitCode *int   `json:"exit_code"`
@@ -170,6 +172,8 @@ func (c *Command) Validate() error {
 		return Errorf(ETOOLARGE, "a command may have at most %d arguments", MaxCommandArgs)
 	} else if c.TimeoutMS < 0 {
 		return Errorf(EINVALID, "command timeout must not be negative")
+	} else if l := c.Limits; l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 {
+		return Errorf(EINVALID, "command limits must not be negative")
 	} else if len(c.Cwd) > 4096 {
 		return Errorf(EINVALID, "command cwd must be at most 4096 bytes")
 	}

@@ -32,6 +32,11 @@ type RunRequest struct {
 	// environment; the caller's authority must list each. Their values
 	// are never stored, and are redacted from the command's output.
 	Secrets []SecretRef `json:"secrets,omitempty"`
+	// Limits are the command's own limits, within its lease's: memory,
+	// pids and CPU for its processes together, and the size a file may
+	// grow to. Zero fields leave the lease's. Only a provider that can
+	// limit one command (bwrap) runs a command with limits.
+	Limits Limits `json:"limits,omitzero"`
 	// Wait asks the API to answer only when the command has ended.
 	Wait bool `json:"wait,omitempty"`
 	// Authority is the caller's, set by the API from its token, never
@@ -47,7 +52,7 @@ func (r *RunRequest) Validate() error {
 	} else if len(r.WorkJobID) > MaxWorkJobIDLen {
 		return Errorf(EINVALID, "work_job_id must be at most %d bytes", MaxWorkJobIDLen)
 	}
-	spec := ExecSpec{Argv: r.Argv, Script: r.Script, Cwd: r.Cwd, Env: r.Env, Timeout: time.Duration(r.TimeoutMS) * time.Millisecond}
+	spec := ExecSpec{Argv: r.Argv, Script: r.Script, Cwd: r.Cwd, Env: r.Env, Timeout: time.Duration(r.TimeoutMS) * time.Millisecond, Limits: r.Limits}
 	if err := spec.Validate(); err != nil {
 		return err
 	}

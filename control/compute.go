@@ -28,7 +28,7 @@ func (c *Controller) RunCommand(ctx context.Context, tenantID, computerID string
 	cmd := &bothy.Command{
 		ID: newID("cmd_"), TenantID: tenantID, ComputerID: computerID, IdempotencyKey: req.IdempotencyKey,
 		WorkJobID: cmp.Or(req.WorkJobID, comp.WorkJobID), Argv: req.Argv, Script: req.Script, Cwd: req.Cwd, TimeoutMS: req.TimeoutMS,
-		Secrets: req.Secrets,
+		Secrets: req.Secrets, Limits: req.Limits,
 	}
 	if req.Authority != nil {
 		cmd.AuthorityDigest = req.Authority.Digest()
@@ -39,7 +39,7 @@ func (c *Controller) RunCommand(ctx context.Context, tenantID, computerID string
 	slices.Sort(cmd.EnvNames)
 	// The spec is kept before the command exists, so that a poll never
 	// finds the command without it.
-	spec := &runtime.Spec{Argv: req.Argv, Script: req.Script, Cwd: req.Cwd, Env: req.Env, Stdin: []byte(req.Stdin), TimeoutMS: req.TimeoutMS}
+	spec := &runtime.Spec{Argv: req.Argv, Script: req.Script, Cwd: req.Cwd, Env: req.Env, Stdin: []byte(req.Stdin), TimeoutMS: req.TimeoutMS, Limits: req.Limits}
 	c.mu.Lock()
 	c.specs[cmd.ID] = spec
 	c.mu.Unlock()

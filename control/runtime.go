@@ -227,7 +227,7 @@ func (c *Controller) commandWork(ctx context.Context, l *leaseState, cmd *bothy.
 			return nil, nil // the next lease runs it
 		}
 		if spec == nil {
-			spec = &runtime.Spec{Argv: cmd.Argv, Script: cmd.Script, Cwd: cmd.Cwd, TimeoutMS: cmd.TimeoutMS}
+			spec = &runtime.Spec{Argv: cmd.Argv, Script: cmd.Script, Cwd: cmd.Cwd, TimeoutMS: cmd.TimeoutMS, Limits: cmd.Limits}
 			if len(cmd.EnvNames) > 0 {
 				// Values are never stored; they died with the process that
 				// admitted the command.

@@ -163,6 +163,8 @@ type Spec struct {
 	Secrets   map[string]string `json:"secrets,omitempty"`
 	Stdin     []byte            `json:"stdin,omitempty"`
 	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	// Limits are the command's own limits, within the lease's.
+	Limits bothy.Limits `json:"limits,omitzero"`
 }
 
 // ReadyRequest reports a lease's sandbox ready.

@@ -16,23 +16,28 @@ import (
 const commandColumns = `tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state,
 	exit_code, signal, lease_id, generation, last_seq, output_digest, truncated, created_at, dispatched_at, started_at,
 	finished_at, wall_millis, revision_after, work_job_id, revision_before, authority_digest, cpu_us, peak_memory_bytes,
-	memory_byte_seconds, bytes_written, network_bytes, limited, secrets`
+	memory_byte_seconds, bytes_written, network_bytes, limited, secrets, limits`
 
 func scanCommand(r scanner) (*bothy.Command, error) {
 	c := &bothy.Command{}
 	var key, leaseID sql.NullString
 	var exit, gen sql.NullInt64
-	var argv, env, limited, secrets string
+	var argv, env, limited, secrets, limits string
 	u := &c.Usage
 	err := r.Scan(&c.TenantID, &c.ID, &c.ComputerID, &key, &argv, &c.Script, &c.Cwd, &env, &c.TimeoutMS, &c.State,
 		&exit, &c.Signal, &leaseID, &gen, &c.LastSeq, &c.OutputDigest, &c.Truncated, scanTime(&c.CreatedAt),
 		scanTime(&c.DispatchedAt), scanTime(&c.StartedAt), scanTime(&c.FinishedAt), &c.DurationMS, &c.RevisionAfter,
 		&c.WorkJobID, &c.RevisionBefore, &c.AuthorityDigest, &u.CPUMicros, &u.PeakMemoryBytes, &u.MemoryByteSeconds,
-		&u.BytesWritten, &u.NetworkBytes, &limited, &secrets)
+		&u.BytesWritten, &u.NetworkBytes, &limited, &secrets, &limits)
 	if err != nil {
 		return nil, err
 	}
 	u.WallMillis = c.DurationMS
+	if limits != "" {
+		if err := json.Unmarshal([]byte(limits), &c.Limits); err != nil {
+			return nil, fmt.Errorf("command %q limits: %w", c.ID, err)
+		}
+	}
 	if secrets != "" {
 		if err := json.Unmarshal([]byte(secrets), &c.Secrets); err != nil {
 			return nil, fmt.Errorf("command %q secrets: %w", c.ID, err)
@@ -121,6 +126,12 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 			return false, fmt.Errorf("create command: %w", err)
 		}
 	}
+	var limits []byte
+	if c.Limits != (bothy.Limits{}) {
+		if limits, err = json.Marshal(c.Limits); err != nil {
+			return false, fmt.Errorf("create command: %w", err)
+		}
+	}
 	created := fillTime(c.CreatedAt)
 	var existing *bothy.Command
 	err = s.withTx(ctx, func(tx *sql.Tx) error {
@@ -141,11 +152,11 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 		}
 		at := s.timeArg(created)
 		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO commands
-			(tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state, created_at, updated_at, work_job_id, authority_digest, secrets)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			(tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state, created_at, updated_at, work_job_id, authority_digest, secrets, limits)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant_id, computer_id, idempotency_key) DO NOTHING`),
 			c.TenantID, c.ID, c.ComputerID, nullString(c.IdempotencyKey), argv, c.Script, c.Cwd, env, c.TimeoutMS,
-			bothy.CommandAdmitted, at, at, c.WorkJobID, c.AuthorityDigest, string(secrets))
+			bothy.CommandAdmitted, at, at, c.WorkJobID, c.AuthorityDigest, string(secrets), string(limits))
 		if err != nil {
 			return s.conflict(err, "command %q already exists", c.ID)
 		}
@@ -165,7 +176,7 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 	*c = bothy.Command{
 		ID: c.ID, TenantID: c.TenantID, ComputerID: c.ComputerID, IdempotencyKey: c.IdempotencyKey, WorkJobID: c.WorkJobID,
 		Argv: nilIfEmpty(c.Argv), Script: c.Script, Cwd: c.Cwd, EnvNames: nilIfEmpty(c.EnvNames), TimeoutMS: c.TimeoutMS,
-		State: bothy.CommandAdmitted, CreatedAt: created, AuthorityDigest: c.AuthorityDigest, Secrets: nilIfEmptyRefs(c.Secrets),
+		State: bothy.CommandAdmitted, CreatedAt: created, AuthorityDigest: c.AuthorityDigest, Secrets: nilIfEmptyRefs(c.Secrets), Limits: c.Limits,
 	}
 	return true, nil
 }

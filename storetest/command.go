@@ -165,10 +165,11 @@ func testCommands(t *testing.T, open opener) {
 		c := newCommand("acme", "c1", "cmd1", "")
 		c.Secrets = []bothy.SecretRef{{Name: "gh-token", Env: "GH_TOKEN"}, {Name: "npm"}}
 		c.AuthorityDigest = "abc"
+		c.Limits = bothy.Limits{MemoryBytes: 64 << 20, Pids: 32}
 		mustCreateCommand(t, s, c)
 		got := mustFindCommand(t, s, "acme", "cmd1")
 		want := []bothy.SecretRef{{Name: "gh-token", Env: "GH_TOKEN"}, {Name: "npm", Env: "NPM"}}
-		if !reflect.DeepEqual(got.Secrets, want) || got.AuthorityDigest != "abc" {
+		if !reflect.DeepEqual(got.Secrets, want) || got.AuthorityDigest != "abc" || got.Limits != c.Limits {
 			t.Errorf("secrets %+v digest %q, want %+v", got.Secrets, got.AuthorityDigest, want)
 		}
 		bad := newCommand("acme", "c1", "cmd2", "")

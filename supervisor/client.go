@@ -71,6 +71,8 @@ type RunSpec struct {
 	Env       map[string]string `json:"env,omitempty"`
 	Stdin     []byte            `json:"stdin,omitempty"`
 	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	// Limits are the command's own limits (bothy.ExecSpec.Limits).
+	Limits bothy.Limits `json:"limits,omitzero"`
 	// Secrets are environment variables (name → value) holding secret
 	// values. They travel in the run request only: the supervisor adds
 	// them to the command's environment for Provider.Exec and writes them
@@ -325,7 +327,7 @@ func terminalEvent(e *bothy.Event) bool {
 
 // execSpec returns the ExecSpec of s, whose Env holds s.Env and s.Secrets.
 func (s *RunSpec) execSpec() (bothy.ExecSpec, error) {
-	spec := bothy.ExecSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Timeout: time.Duration(s.TimeoutMS) * time.Millisecond}
+	spec := bothy.ExecSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Timeout: time.Duration(s.TimeoutMS) * time.Millisecond, Limits: s.Limits}
 	if len(s.Stdin) > MaxStdin {
 		return spec, bothy.Errorf(bothy.ETOOLARGE, "stdin is over %d bytes", MaxStdin)
 	} else if s.TimeoutMS < 0 {

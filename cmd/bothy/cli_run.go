@@ -13,7 +13,7 @@ import (
 	bhttp "github.com/bothyhq/bothy/http"
 )
 
-const runUsage = "bothy run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... [--secret NAME[=VAR]]... -- CMD [ARGS...]"
+const runUsage = "bothy run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... [--secret NAME[=VAR]]... [--memory SIZE] [--cpus N] [--pids N] [--scratch SIZE] -- CMD [ARGS...]"
 
 // run runs a command on a computer and streams its output: stdout events to
 // stdout, stderr events to stderr. It exits with the command's exit code
@@ -30,6 +30,10 @@ func (c *cli) run(ctx context.Context, args []string) error {
 	fs.Var(env, "env", "`K=V` environment variable of the command (repeatable)")
 	var secrets secretFlag
 	fs.Var(&secrets, "secret", "`NAME[=VAR]`: give the command the tenant's secret NAME in variable VAR (default: NAME upper-cased); redacted from its output (repeatable)")
+	memory := fs.String("memory", "", "the command's own memory limit (512MiB, 2GiB), within the lease's")
+	cpus := fs.Float64("cpus", 0, "the command's own CPU limit, in CPUs (0.5 is half a CPU)")
+	pids := fs.Int64("pids", 0, "the command's own limit on processes and threads at once")
+	scratch := fs.String("scratch", "", "the size a file written by the command may grow to (512MiB)")
 	stdin := fs.Bool("stdin", true, "send standard input (at most 1 MiB) to the command, unless it is a terminal")
 	cl, args, err := c.verb(fs, &rf, args, 1, runUsage, func(a []string) bool { return len(a) >= 2 })
 	if err != nil {
@@ -40,6 +44,18 @@ func (c *cli) run(ctx context.Context, args []string) error {
 		req.Env = env
 	}
 	req.Secrets = secrets
+	req.Limits = bothy.Limits{CPUMillis: int64(*cpus * 1000), Pids: *pids}
+	for _, f := range []struct {
+		flag, v string
+		n       *int64
+	}{{"--memory", *memory, &req.Limits.MemoryBytes}, {"--scratch", *scratch, &req.Limits.ScratchBytes}} {
+		if f.v == "" {
+			continue
+		}
+		if *f.n, err = parseBytes(f.v); err != nil {
+			return bothy.Errorf(bothy.EINVALID, "%s: %v", f.flag, err)
+		}
+	}
 	if *stdin && !c.inTerminal && c.in != nil {
 		b, err := io.ReadAll(io.LimitReader(c.in, bothy.MaxStdinBytes+1))
 		if err != nil {

@@ -384,6 +384,12 @@ func TestE2E_Exhaustion(t *testing.T) {
 	if got := output(a.events(o.ID, 0, nil)); o.State != bothy.CommandCompleted || got != "ok\n" {
 		t.Fatalf("the other computer: %s %q", o.State, got)
 	}
+	// A command's own memory limit, within the lease's.
+	own := a.run(other.ID, bothy.RunRequest{Argv: []string{"perl", "-e", `$x = "a" x (40*1024*1024); print "survived\n"`},
+		Limits: bothy.Limits{MemoryBytes: 16 << 20}, Wait: true})
+	if !own.OOMKilled || own.Limits.MemoryBytes != 16<<20 {
+		t.Errorf("a command over its own memory limit: %s exit %v oom_killed %v limits %+v", own.State, own.ExitCode, own.OOMKilled, own.Limits)
+	}
 	for name, c := range runs {
 		runs[name] = a.wait(c.ID)
 	}

@@ -11,6 +11,8 @@ ALTER TABLE commands ADD COLUMN authority_digest text NOT NULL DEFAULT '';
 -- The secrets a command asked for (JSON [bothy.SecretRef]): names only,
 -- never values.
 ALTER TABLE commands ADD COLUMN secrets text NOT NULL DEFAULT '';
+-- The command's own limits (JSON bothy.Limits; '' is none).
+ALTER TABLE commands ADD COLUMN limits text NOT NULL DEFAULT '';
 -- What the command consumed (bothy.Usage; wall time is wall_millis).
 ALTER TABLE commands ADD COLUMN cpu_us bigint NOT NULL DEFAULT 0;
 ALTER TABLE commands ADD COLUMN peak_memory_bytes bigint NOT NULL DEFAULT 0;

@@ -11,6 +11,8 @@ ALTER TABLE commands ADD COLUMN authority_digest TEXT NOT NULL DEFAULT '';
 -- The secrets a command asked for (JSON [bothy.SecretRef]): names only,
 -- never values.
 ALTER TABLE commands ADD COLUMN secrets TEXT NOT NULL DEFAULT '';
+-- The command's own limits (JSON bothy.Limits; '' is none).
+ALTER TABLE commands ADD COLUMN limits TEXT NOT NULL DEFAULT '';
 -- What the command consumed (bothy.Usage; wall time is wall_millis).
 ALTER TABLE commands ADD COLUMN cpu_us INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE commands ADD COLUMN peak_memory_bytes INTEGER NOT NULL DEFAULT 0;
