@@ -25,7 +25,7 @@ usage: bothy COMMAND [flags] [args]
 
 commands over the API (server and token from BOTHY_URL and BOTHY_TOKEN, or --url and --token;
 --json prints JSON):
-  create [--label L] [--profile P] [--conversation C] [--work-job J]
+  create [--label L] [--profile P] [--conversation C] [--work-job J] [--egress none|all|allow=HOST:PORT,...]
                             create a computer and print its id
   ls [--conversation C] [--label L] [--state S]
                             list computers
@@ -33,7 +33,8 @@ commands over the API (server and token from BOTHY_URL and BOTHY_TOKEN, or --url
   stop ID                   checkpoint a computer and stop it (it stays, cold)
   destroy ID                destroy a computer
   revisions ID              list a computer's revisions, newest first
-  run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... -- CMD [ARGS...]
+  run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]...
+         [--secret NAME[=VAR]]... [--memory SIZE] [--cpus N] [--pids N] [--scratch SIZE] -- CMD [ARGS...]
                             run a command (standard input, unless a terminal, is its input),
                             stream its output, exit with its exit code (124: timed out);
                             Ctrl-C cancels it
@@ -49,12 +50,16 @@ commands over the API (server and token from BOTHY_URL and BOTHY_TOKEN, or --url
                             published key (BOTHY_URL; no token needed); exit 1 naming what failed
 
 commands on the data directory:
-  serve [--listen ADDR] [--receipt-key FILE]
+  serve [--listen ADDR] [--receipt-key FILE] [--policy FILE | --profiles ... --lease-* ... --egress-allow-private CIDR,...]
                             run the API server (first start: creates DATA/admin.token and DATA/receipt.key,
-                            prints BOTHY_URL and BOTHY_TOKEN)
+                            prints BOTHY_URL and BOTHY_TOKEN); "bothy serve -h" lists the policy flags
+  agent --control URL --agent-token-file F --blobs URL [--egress-allow-private CIDR,...]
+                            run an agent that dials a control plane
   admin token create --owner O [--scopes a,b] [--expires D]
                             print a new API token of --tenant (created if missing)
   admin token revoke ID     revoke a token of --tenant
+  admin secret put NAME < VALUE
+                            store a secret of --tenant in DATA/secrets (commands name it with --secret)
   demo                      run the quick-start job: checkpoint, edit, checkpoint, restore, verify
   checkpoint -c ID DIR      commit DIR as the computer's next revision (creates the computer)
   restore -c ID [-r N] DIR  restore revision N (default: current) into DIR, which must be empty
