@@ -174,4 +174,28 @@ echo ok`
 			t.Fatalf("owners of / and /dev: %q, want the lease's uid %s (else this test proves nothing)", out, uid)
 		}
 	})
+	t.Run("OtherCommandsEnviron", func(t *testing.T) {
+		// A secret given to one command stays in the environment of what
+		// it left running; a later command of the same lease (the same
+		// uid) cannot read it (each command is its own Landlock domain,
+		// which refuses ptrace-mode access to another; the test checks
+		// the outcome, not which of the kernel's checks refuses).
+		res, _, errOut := providertest.Exec(t, p, h, bothy.ExecSpec{Script: "sleep 30 & echo $! > /tmp/bg.pid",
+			Env: map[string]string{"EARLIER_SECRET": "hunter2-value"}})
+		if res.ExitCode != 0 {
+			t.Fatalf("background: %+v %q", res, errOut)
+		}
+		res, out, errOut := providertest.Exec(t, p, h, bothy.ExecSpec{Script: `pid=$(cat /tmp/bg.pid)
+test -r /proc/$pid/cmdline && tr '\0' ' ' < /proc/$pid/cmdline && echo
+tr '\0' '\n' < /proc/$pid/environ | grep -c EARLIER_SECRET; true`})
+		if !strings.Contains(out, "sleep 30") || strings.Contains(out, "1\n") || !strings.Contains(errOut, "Permission denied") {
+			t.Fatalf("reading another command's environment: %+v stdout %q stderr %q; want its cmdline readable and its environ denied", res, out, errOut)
+		}
+		// Its own environment, it reads.
+		res, out, _ = providertest.Exec(t, p, h, bothy.ExecSpec{Script: `cat /proc/$$/environ | tr '\0' '\n' | grep -c OWN_VALUE`,
+			Env: map[string]string{"OWN_VALUE": "x"}})
+		if res.ExitCode != 0 || out != "1\n" {
+			t.Fatalf("own environ: %+v %q", res, out)
+		}
+	})
 }
