@@ -393,6 +393,22 @@ func (s *DB) TransitionCommand(ctx context.Context, tenantID, id string, from []
 			}
 			return bothy.Errorf(bothy.ECONFLICT, "command %q is %s, not %s", id, cur.State, strings.Join(from, " or "))
 		}
+		if u.Usage != nil || (u.DurationMS != 0 && bothy.CommandTerminal(to)) {
+			// The computer keeps the running total of its commands' usage;
+			// a command reaches a terminal state once, so it adds once.
+			var us bothy.Usage
+			if u.Usage != nil {
+				us = *u.Usage
+			}
+			if _, err := tx.ExecContext(ctx, s.q(`UPDATE computers SET used_cpu_us = used_cpu_us + ?,
+				used_peak_memory_bytes = CASE WHEN used_peak_memory_bytes < ? THEN ? ELSE used_peak_memory_bytes END,
+				used_memory_byte_seconds = used_memory_byte_seconds + ?, used_bytes_written = used_bytes_written + ?,
+				used_network_bytes = used_network_bytes + ?, used_wall_millis = used_wall_millis + ?
+				WHERE tenant_id = ? AND id = ?`), us.CPUMicros, us.PeakMemoryBytes, us.PeakMemoryBytes, us.MemoryByteSeconds,
+				us.BytesWritten, us.NetworkBytes, u.DurationMS, tenantID, cur.ComputerID); err != nil {
+				return err
+			}
+		}
 		out, err = s.findCommand(ctx, tx, tenantID, id)
 		return err
 	})

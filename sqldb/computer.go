@@ -14,15 +14,9 @@ import (
 const computerColumns = `tenant_id, id, owner, conversation_id, label, profile, state, generation, revision, root_digest, created_at, updated_at, work_job_id, egress, authority`
 
 // computerSelect reads computerColumns and the usage totals of the
-// computer's commands.
-const computerSelect = `SELECT ` + computerColumns + `,
-	(SELECT COALESCE(SUM(cpu_us), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id),
-	(SELECT COALESCE(MAX(peak_memory_bytes), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id),
-	(SELECT COALESCE(SUM(memory_byte_seconds), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id),
-	(SELECT COALESCE(SUM(bytes_written), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id),
-	(SELECT COALESCE(SUM(network_bytes), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id),
-	(SELECT COALESCE(SUM(wall_millis), 0) FROM commands m WHERE m.tenant_id = computers.tenant_id AND m.computer_id = computers.id)
-	FROM computers`
+// computer's commands, which TransitionCommand keeps.
+const computerSelect = `SELECT ` + computerColumns + `, used_cpu_us, used_peak_memory_bytes, used_memory_byte_seconds,
+	used_bytes_written, used_network_bytes, used_wall_millis FROM computers`
 
 // CreateComputer stores c with State cold, Generation 0 and Revision 0 unless
 // set, and fills CreatedAt (if zero) and UpdatedAt. An existing ID returns

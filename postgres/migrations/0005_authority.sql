@@ -6,6 +6,14 @@
 -- was created.
 ALTER TABLE computers ADD COLUMN egress text NOT NULL DEFAULT '';
 ALTER TABLE computers ADD COLUMN authority text NOT NULL DEFAULT '';
+-- The total usage of the computer's commands, added to by each command
+-- that ends (bothy.Usage; peak memory is the largest).
+ALTER TABLE computers ADD COLUMN used_cpu_us bigint NOT NULL DEFAULT 0;
+ALTER TABLE computers ADD COLUMN used_peak_memory_bytes bigint NOT NULL DEFAULT 0;
+ALTER TABLE computers ADD COLUMN used_memory_byte_seconds bigint NOT NULL DEFAULT 0;
+ALTER TABLE computers ADD COLUMN used_bytes_written bigint NOT NULL DEFAULT 0;
+ALTER TABLE computers ADD COLUMN used_network_bytes bigint NOT NULL DEFAULT 0;
+ALTER TABLE computers ADD COLUMN used_wall_millis bigint NOT NULL DEFAULT 0;
 -- The digest of the authority a command was admitted under.
 ALTER TABLE commands ADD COLUMN authority_digest text NOT NULL DEFAULT '';
 -- The secrets a command asked for (JSON [bothy.SecretRef]): names only,

@@ -6,6 +6,14 @@
 -- was created.
 ALTER TABLE computers ADD COLUMN egress TEXT NOT NULL DEFAULT '';
 ALTER TABLE computers ADD COLUMN authority TEXT NOT NULL DEFAULT '';
+-- The total usage of the computer's commands, added to by each command
+-- that ends (bothy.Usage; peak memory is the largest).
+ALTER TABLE computers ADD COLUMN used_cpu_us INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE computers ADD COLUMN used_peak_memory_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE computers ADD COLUMN used_memory_byte_seconds INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE computers ADD COLUMN used_bytes_written INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE computers ADD COLUMN used_network_bytes INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE computers ADD COLUMN used_wall_millis INTEGER NOT NULL DEFAULT 0;
 -- The digest of the authority a command was admitted under.
 ALTER TABLE commands ADD COLUMN authority_digest TEXT NOT NULL DEFAULT '';
 -- The secrets a command asked for (JSON [bothy.SecretRef]): names only,
