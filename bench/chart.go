@@ -43,6 +43,7 @@ var (
 	red    = color.RGBA{0xd0, 0x3b, 0x2f, 0xff}
 	grey   = color.RGBA{0x9a, 0xa0, 0xa6, 0xff}
 	blue   = color.RGBA{0x2f, 0x6f, 0xd0, 0xff}
+	sand   = color.RGBA{0xd8, 0xb0, 0x4a, 0xff}
 	black  = color.RGBA{0x20, 0x20, 0x20, 0xff}
 	rule   = color.RGBA{0x60, 0x60, 0x60, 0xff}
 	canvas = color.RGBA{0xff, 0xff, 0xff, 0xff}
@@ -96,20 +97,28 @@ func (r *RuntimeReport) latencyChart() *chart {
 	return c
 }
 
-// fileOpsChart shows each operation on the host and in a computer, each
-// row to its own scale.
+// fileOpsChart shows each file operation, and the npm install, on the
+// host's ext4, on tmpfs and in a computer, each row to its own scale.
 func (r *RuntimeReport) fileOpsChart() *chart {
-	c := &chart{title: "file operations, ms: host ext4 and bothy (each row to its own scale)", perRow: true,
-		legend: []chartBar{{0, grey, "host ext4"}, {0, blue, "bothy computer"}}}
-	for _, op := range FileOps {
-		h, b := r.Figure("host_"+op.Key), r.Figure("bothy_"+op.Key)
+	c := &chart{title: "file operations (ms) and npm install (s): host ext4, tmpfs, bothy (each row to its own scale)", perRow: true,
+		legend: []chartBar{{0, grey, "host ext4"}, {0, sand, "host tmpfs"}, {0, blue, "bothy computer"}}}
+	row := func(label, key string) {
+		h, t, b := r.Figure("host_"+key), r.Figure("tmpfs_"+key), r.Figure("bothy_"+key)
 		if len(h.Runs) == 0 || len(b.Runs) == 0 {
-			continue
+			return
 		}
-		c.rows = append(c.rows, chartRow{label: shorten(strings.ReplaceAll(op.Label, "`", ""), 44), bars: []chartBar{
-			{h.Median, grey, fmt.Sprintf("%.1f", h.Median)},
-			{b.Median, blue, fmt.Sprintf("%.1f  %.2fx", b.Median, ratio(b.Median, h.Median))},
-		}})
+		bars := []chartBar{{h.Median, grey, fmt.Sprintf("%.1f", h.Median)}}
+		if len(t.Runs) > 0 {
+			bars = append(bars, chartBar{t.Median, sand, fmt.Sprintf("%.1f", t.Median)})
+		}
+		bars = append(bars, chartBar{b.Median, blue, fmt.Sprintf("%.1f  %.2fx ext4", b.Median, ratio(b.Median, h.Median))})
+		c.rows = append(c.rows, chartRow{label: shorten(strings.ReplaceAll(label, "`", ""), 44), bars: bars})
+	}
+	for _, op := range FileOps {
+		row(op.Label, op.Key)
+	}
+	if r.Npm != nil {
+		row(fmt.Sprintf("npm ci, %s files (s)", thousands(r.Npm.Files)), "npm_ci")
 	}
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -91,27 +92,51 @@ func fileOps(ctx context.Context, e *serverEnv, opts *RuntimeOptions, rep *Runti
 	if _, err := e.run(ctx, c.ID, bothy.RunRequest{Argv: []string{"true"}}); err != nil {
 		return err
 	}
-	hostRuns, bothyRuns := map[string][]float64{}, map[string][]float64{}
-	var hostTotal, bothyTotal []float64
-	for i := 0; i < opts.FileOpsRuns; i++ {
-		script := fmt.Sprintf(fileOpsScript, i)
+	// The tmpfs baseline: the same repository in a tmpfs of its own.
+	tmp := filepath.Join(work, "tmpfs-fileops")
+	unmount, err := mountTmpfs(tmp)
+	if err != nil {
+		rep.skip("file operations on tmpfs", err.Error())
+		tmp = ""
+	} else {
+		defer unmount()
+		if err := shell(fmt.Sprintf("cp -a %q/. %q", seed, tmp)); err != nil {
+			return err
+		}
+	}
+	hostRuns, tmpRuns, bothyRuns := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
+	var hostTotal, tmpTotal, bothyTotal []float64
+	// onHost runs the script with bash in dir and adds its steps to runs.
+	onHost := func(dir, script string, runs map[string][]float64) (float64, error) {
 		syscall.Sync()
 		var out []byte
 		d, err := timed(func() error {
 			cmd := exec.Command("bash", "-c", script)
-			cmd.Dir = host
+			cmd.Dir = dir
 			var err error
 			if out, err = cmd.CombinedOutput(); err != nil {
-				return fmt.Errorf("file operations on the host: %w: %s", err, out)
+				return fmt.Errorf("file operations in %s: %w: %s", dir, err, out)
 			}
 			return nil
 		})
 		if err != nil {
+			return 0, err
+		}
+		return d, parseSteps(string(out), runs)
+	}
+	for i := 0; i < opts.FileOpsRuns; i++ {
+		script := fmt.Sprintf(fileOpsScript, i)
+		d, err := onHost(host, script, hostRuns)
+		if err != nil {
 			return err
 		}
 		hostTotal = append(hostTotal, d)
-		if err := parseSteps(string(out), hostRuns); err != nil {
-			return err
+		if tmp != "" {
+			t, err := onHost(tmp, script, tmpRuns)
+			if err != nil {
+				return err
+			}
+			tmpTotal = append(tmpTotal, t)
 		}
 		// A new lease for each run, so the repository is in the lower
 		// layer each time, as in a session that finds the workspace of an
@@ -139,17 +164,46 @@ func fileOps(ctx context.Context, e *serverEnv, opts *RuntimeOptions, rep *Runti
 		if err := parseSteps(text, bothyRuns); err != nil {
 			return err
 		}
-		fmt.Fprintf(p, "  %-36s host %6.0f ms, bothy %6.0f ms (wall, the bothy one through the API)\n", fmt.Sprintf("file operations run %d", i+1), hostTotal[i], d)
+		fmt.Fprintf(p, "  %-36s host ext4 %6.0f ms, tmpfs %6.0f ms, bothy %6.0f ms (wall, the bothy one through the API)\n",
+			fmt.Sprintf("file operations run %d", i+1), hostTotal[i], at(tmpTotal, i), d)
 	}
 	for _, op := range FileOps {
 		f := newFigure("host_"+op.Key, "ms", hostRuns[op.Key])
 		f.Command = "bash on the host's disk: " + op.Label
 		rep.add(p, f)
+		if tmp != "" {
+			f = newFigure("tmpfs_"+op.Key, "ms", tmpRuns[op.Key])
+			f.Command = "bash on a tmpfs: " + op.Label
+			rep.add(p, f)
+		}
 		rep.add(p, newFigure("bothy_"+op.Key, "ms", bothyRuns[op.Key]))
 	}
 	rep.add(p, newFigure("host_fileops_total", "ms", hostTotal))
+	if tmp != "" {
+		rep.add(p, newFigure("tmpfs_fileops_total", "ms", tmpTotal))
+	}
 	rep.add(p, newFigure("bothy_fileops_total", "ms", bothyTotal))
 	return nil
+}
+
+// at returns runs[i], or 0 if there is none.
+func at(runs []float64, i int) float64 {
+	if i < len(runs) {
+		return runs[i]
+	}
+	return 0
+}
+
+// mountTmpfs mounts a new tmpfs on dir, for the baselines the peer shows
+// on tmpfs; the function it returns unmounts it.
+func mountTmpfs(dir string) (func(), error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=8g,mode=0755"); err != nil {
+		return nil, fmt.Errorf("mount a tmpfs on %s: %w", dir, err)
+	}
+	return func() { syscall.Unmount(dir, syscall.MNT_DETACH) }, nil
 }
 
 // parseSteps adds each "KEY START END" line of out to runs, in ms.

@@ -23,6 +23,7 @@ const (
 	goalFanOutMS     = 200  // 30 computers created
 	goalFileOpsRatio = 1.15 // each file operation in a computer / host ext4
 	goalServeRSSMiB  = 150  // bothy serve with 1,000 cold computers
+	goalNpmRatio     = 1.15 // npm install in a computer / host ext4
 )
 
 // Report is one run of `bothy bench`: the workspace store's figures (at
@@ -30,14 +31,20 @@ const (
 // goals they are held to.
 type Report struct {
 	*StorageReport
-	Date        time.Time      `json:"date"`
-	GoVersion   string         `json:"go_version"`
-	CPUs        int            `json:"cpus"`
-	Command     string         `json:"command"`
-	Quick       bool           `json:"quick"`
-	WallSeconds float64        `json:"wall_seconds"`
-	Runtime     *RuntimeReport `json:"runtime,omitempty"`
-	Goals       []Goal         `json:"goals"`
+	Date        time.Time `json:"date"`
+	GoVersion   string    `json:"go_version"`
+	CPUs        int       `json:"cpus"`
+	Command     string    `json:"command"`
+	Quick       bool      `json:"quick"`
+	WallSeconds float64   `json:"wall_seconds"`
+	// LoadStart and LoadEnd are the host's load averages (1, 5 and 15
+	// minutes) when the run began and ended: other work on a shared host
+	// moves the figures.
+	LoadStart string           `json:"load_start,omitempty"`
+	LoadEnd   string           `json:"load_end,omitempty"`
+	Runtime   *RuntimeReport   `json:"runtime,omitempty"`
+	Admission *AdmissionReport `json:"admission,omitempty"`
+	Goals     []Goal           `json:"goals"`
 	// Charts are the PNG files WriteCharts wrote beside the report.
 	Charts []string `json:"charts,omitempty"`
 }
@@ -56,11 +63,21 @@ type Goal struct {
 	Ratio         float64 `json:"ratio,omitempty"`
 	Goal          string  `json:"goal"`
 	Met           bool    `json:"met"`
+	// Skipped says why the goal's scenario did not run ("" if it did).
+	Skipped string `json:"skipped,omitempty"`
 }
 
 // Finish stamps the report and works out its goals.
 func (r *Report) Finish(wall time.Duration) {
 	r.Date, r.GoVersion, r.CPUs, r.WallSeconds = time.Now().UTC(), runtime.Version(), runtime.NumCPU(), wall.Seconds()
+	r.LoadEnd = LoadAverage()
+	r.ComputeGoals()
+}
+
+// ComputeGoals works out the report's goals from its figures, as Finish
+// does; `bothy bench --from` calls it to write an earlier run's report
+// again with the goals as the bench now states them.
+func (r *Report) ComputeGoals() {
 	r.Goals = nil
 	if rt := r.Runtime; rt != nil {
 		fig := rt.Figure
@@ -98,6 +115,20 @@ func (r *Report) Finish(wall time.Duration) {
 			}
 			ratioGoal("file operations: "+op.Label, "bothy_"+op.Key, "host_"+op.Key, "bash on the host's ext4", goalFileOpsRatio)
 		}
+		npm := npmScenario + " of a fixed dependency set, offline from a local cache"
+		if rt.Npm != nil {
+			npm = fmt.Sprintf("%s (%d packages, %s files), offline from a local cache", npmScenario, rt.Npm.Packages, thousands(rt.Npm.Files))
+		}
+		if len(fig("bothy_npm_ci").Runs) > 0 {
+			ratioGoal(npm, "bothy_npm_ci", "host_npm_ci", "`npm ci` on the host's ext4", goalNpmRatio)
+		} else {
+			for _, sk := range rt.Skipped {
+				if sk.Scenario == npmScenario {
+					r.Goals = append(r.Goals, Goal{Scenario: npm, Figure: "bothy_npm_ci", Unit: "s",
+						Goal: "≤ " + strconv.FormatFloat(goalNpmRatio, 'f', -1, 64) + "x", Skipped: sk.Reason})
+				}
+			}
+		}
 	}
 	if s := r.StorageReport; s != nil {
 		full, tarz := s.Figure("bothy_full_checkpoint"), s.Figure("baseline_tar_zstd")
@@ -113,6 +144,16 @@ func (r *Report) Finish(wall time.Duration) {
 		r.Goals = append(r.Goals, Goal{Scenario: "cold restore, " + tree, Figure: rest.Name, Unit: "s", Value: rest.Median,
 			Baseline: untar.Name, BaselineLabel: "`zstd -d | tar -x`", BaselineValue: untar.Median, Ratio: x, Goal: fmt.Sprintf("≤ %.1fx", goalRestoreRatio), Met: x <= goalRestoreRatio})
 	}
+}
+
+// LoadAverage returns the host's load averages over 1, 5 and 15 minutes,
+// as /proc/loadavg has them ("" if it cannot be read).
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return ""
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -136,6 +177,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(&b, "), which took %s. Each figure is the median of several runs, with min and max (and the 99th percentile for latencies), beside its baseline measured in the same run, alternating with it, on the same disk.\n\n", time.Duration(r.WallSeconds*float64(time.Second)).Round(time.Second))
 	fmt.Fprintf(&b, "## Summary\n\n| scenario | bothy | baseline | ratio | goal | met |\n|---|---|---|---|---|---|\n")
 	for _, g := range r.Goals {
+		if g.Skipped != "" {
+			fmt.Fprintf(&b, "| %s | not measured | — | — | %s | skipped: %s |\n", g.Scenario, g.Goal, g.Skipped)
+			continue
+		}
 		base, x := "—", "—"
 		if g.Baseline != "" {
 			base = fmt.Sprintf("%s (%s)", value(g.BaselineValue, g.Unit), g.BaselineLabel)
@@ -149,7 +194,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	var missed []string
 	for _, g := range r.Goals {
-		if !g.Met {
+		if !g.Met && g.Skipped == "" {
 			missed = append(missed, g.Scenario)
 		}
 	}
@@ -158,14 +203,19 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	} else if len(r.Goals) > 0 {
 		fmt.Fprintf(&b, "\nEvery goal measured is met.\n")
 	}
+	r.alsoMarkdown(&b)
 	for _, c := range r.Charts {
 		fmt.Fprintf(&b, "\n![%s](%s)\n", strings.TrimSuffix(c, ".png"), c)
 	}
-	fmt.Fprintf(&b, "\n## How to reproduce\n\nAs root, on a host that runs bubblewrap (Debian 12 here):\n\n```\nscripts/sandbox-deps\ngo run ./cmd/bothy bench           # the full report\ngo run ./cmd/bothy bench --quick   # a smoke run, under a minute\n```\n\n")
-	fmt.Fprintf(&b, "It must run as `bothy bench` (not a test binary), because each lease's supervisor is the bothy binary itself. It generates its trees in a scratch directory (`--work`, default under the system temp dir), starts its own embedded server there (SQLite, a local blob directory, the in-process agent and the `bwrap` provider, as `bothy serve` runs them), prints progress, destroys every computer it created, checks that no process, mount, cgroup or lease directory is left, and rewrites this file, `docs/performance.json` and the charts. `--storage=false`, `--runtime=false` and `--fileops=false` leave parts out; `--from docs/performance.json` writes this file and the charts again from the figures of an earlier run, measuring nothing.\n\n")
+	fmt.Fprintf(&b, "\n## How to reproduce\n\nAs root, on a host that runs bubblewrap (Debian 12 here):\n\n```\nscripts/sandbox-deps\ngo run ./cmd/bothy bench           # the full report, under 20 minutes\ngo run ./cmd/bothy bench --quick   # a smoke run, under 3 minutes (CI)\n```\n\n")
+	fmt.Fprintf(&b, "It must run as `bothy bench` (not a test binary), because each lease's supervisor is the bothy binary itself. It generates its trees in a scratch directory (`--work`, default under the system temp dir), starts its own embedded server there (SQLite, a local blob directory, the in-process agent and the `bwrap` provider, as `bothy serve` runs them), prints progress, destroys every computer it created, checks that no process, mount, cgroup or lease directory is left, and rewrites this file, `docs/performance.json` and the charts. `--storage=false`, `--runtime=false`, `--fileops=false`, `--npm=false` and `--admission=false` leave parts out; `--from docs/performance.json` writes this file and the charts again from the figures of an earlier run, measuring nothing.\n\n")
+	fmt.Fprintf(&b, "The npm scenario fills a local npm cache first, with one online `npm ci` of the lockfile in `bench/testdata/npm/` through npm's configured registry, untimed; without a registry it is skipped, and says so. The admission scenario runs on PostgreSQL when `$%s` names a server whose role may create a database (as root, `eval \"$(scripts/pg-test-env)\"` starts the local one and sets it; `--postgres URL` does the same); otherwise that half is skipped, and says so.\n\n", EnvPostgresURL)
 	r.durationMarkdown(&b)
 	if r.Runtime != nil {
 		r.Runtime.markdown(&b, r)
+	}
+	if r.Admission != nil {
+		r.Admission.markdown(&b)
 	}
 	if r.StorageReport != nil {
 		r.StorageReport.markdown(&b)
@@ -175,6 +225,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	var all []Figure
 	if r.Runtime != nil {
 		all = append(all, r.Runtime.Figures...)
+	}
+	if r.Admission != nil {
+		all = append(all, r.Admission.Figures...)
 	}
 	if r.StorageReport != nil {
 		all = append(all, r.StorageReport.Figures...)
@@ -206,7 +259,11 @@ func (r *Report) durationMarkdown(b *strings.Builder) {
 			fmt.Fprintf(b, ", of which about %d min went to %d of the %d rounds of 15 stops, each waiting a minute on the stall described under [Problems](#problems-this-run-showed)", stalled, stalled, len(st.Runs))
 		}
 	}
-	fmt.Fprintf(b, ".\n\n")
+	fmt.Fprintf(b, ".")
+	if r.LoadStart != "" && r.LoadEnd != "" {
+		fmt.Fprintf(b, " The host's load averages (1, 5 and 15 minutes) were %s when it began and %s when it ended, on %d CPUs: the host is shared, and other work on it moves the figures.", r.LoadStart, r.LoadEnd, r.CPUs)
+	}
+	fmt.Fprintf(b, "\n\n")
 }
 
 // markdown writes the storage section.

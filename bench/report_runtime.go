@@ -51,6 +51,11 @@ func (r *RuntimeReport) markdown(b *strings.Builder, rep *Report) {
 	if x := f("bothy_start_15_at_once"); len(x.Runs) > 0 {
 		fmt.Fprintf(b, "\n15 cold computers (empty workspaces) started at once, one `true` each, until every answer is in: %s, against %s for 15 plain `bwrap … true` at once. Stopping the 15 at once: %s.\n",
 			spread(x), spread(f("baseline_bwrap_true_x15_at_once")), spread(f("bothy_stop_15_at_once")))
+		if pk := f("bothy_start_15_peak_provider_starts"); len(pk.Runs) > 0 {
+			fmt.Fprintf(b, "\nConcurrent provider operations, counted exactly, not sampled: the bench's agent calls the provider through a wrapper that counts the calls of `Start` and `Stop` in flight and keeps the peak of each round (`bench/opcount.go`). While the 15 started, at most %.0f provider starts ran at once (per round: %s), and each `Start` took %s, against %s for one start alone (the cold starts above). While the 15 stopped, at most %.0f provider stops ran at once (per round: %s), each taking %s.\n",
+				pk.Max, counts(pk), spread(f("bothy_start_15_provider_start")), spread(f("bothy_cold_start_provider_start")),
+				f("bothy_stop_15_peak_provider_stops").Max, counts(f("bothy_stop_15_peak_provider_stops")), spread(f("bothy_stop_15_provider_stop")))
+		}
 	}
 
 	fmt.Fprintf(b, "\n### Stream latency\n\nA command prints bash's `$EPOCHREALTIME` every 20 ms (a builtin: no fork between the clock and the write); the client reads the command's server-sent events and subtracts the printed time from the time it decoded the line. The baseline runs the same script with bash on the host and reads its stdout through a pipe.\n\n")
@@ -78,9 +83,17 @@ func (r *RuntimeReport) markdown(b *strings.Builder, rep *Report) {
 		fmt.Fprintf(b, "- Upload of an artifact of random bytes through the files API (`PUT /v1/computers/{id}/files/…` to a cold computer, which commits a revision): %s, against %s for `cp` of the same file on the host's disk (%s).\n",
 			spread(x), spread(f("baseline_cp_artifact")), f("baseline_cp_artifact").Command)
 	}
-	if x := f("bothy_lease_supervisor_pss"); len(x.Runs) > 0 {
-		fmt.Fprintf(b, "- Memory of each lease outside the agent, as proportional set size over %d leases: supervisor %s, sandbox (bwrap and its init) %s. The agent runs in the server's process here, so its share per lease is not separated.\n",
-			len(x.Runs), spread(x), spread(f("bothy_lease_sandbox_pss")))
+	if x := f("bothy_lease_supervisor_rss"); len(x.Runs) > 0 {
+		fmt.Fprintf(b, "- Memory per active lease, in a `bothy serve` of its own (control plane and agent in its process, a supervisor process per lease, found by its command line, which names the lease), with one lease started and stopped first so that what the first lease pays once is not counted per lease. Over %d leases: supervisor %s resident (%s proportional: shared pages divided among the processes that map them), sandbox (bwrap and its init) %s resident (%s proportional).\n",
+			len(x.Runs), spread(x), spread(f("bothy_lease_supervisor_pss")), spread(f("bothy_lease_sandbox_rss")), spread(f("bothy_lease_sandbox_pss")))
+		if per := f("bothy_serve_rss_per_lease"); len(per.Runs) > 0 {
+			var at []string
+			for _, k := range append([]int{0}, r.LeaseCounts...) {
+				at = append(at, fmt.Sprintf("%s with %d", value(f(fmt.Sprintf("bothy_serve_rss_leases_%d", k)).Median, "MiB"), k))
+			}
+			fmt.Fprintf(b, "- The `bothy serve` process's resident set size (median of five readings, a second after the last start) by active leases: %s; that is %s per active lease (%s). The Go heap's growth and collection move a reading by a few MiB, so the per-lease figure is rough.\n",
+				strings.Join(at, ", "), value(per.Median, "MiB"), per.Command)
+		}
 	}
 	if x := f("bothy_destroy_active"); len(x.Runs) > 0 {
 		fmt.Fprintf(b, "- Destroy of an active computer (checkpoint, teardown of sandbox, supervisor and overlay, residue check): %s.\n", spread(x))
@@ -105,17 +118,60 @@ func (r *RuntimeReport) markdown(b *strings.Builder, rep *Report) {
 
 	if x := f("bothy_create_1000"); len(x.Runs) > 0 {
 		fmt.Fprintf(b, "\n### File operations inside a computer\n\nOne bash script, each step timed inside it with `$EPOCHREALTIME`, run as one command in a computer (its workspace an overlay on this host's ext4, holding a bare git repository of %d files in its lower layer) and with bash in a directory of the same ext4 holding the same repository, alternating. The peer's figures are from its own report, on a 1-vCPU machine, not from this run.\n\n", QuickTree.Files)
-		fmt.Fprintf(b, "| operation | bothy | host ext4 | ratio | peer's workspace | peer's ext4 |\n|---|---|---|---|---|---|\n")
+		fmt.Fprintf(b, "The tmpfs column runs the same script, alternating with the others, in a tmpfs of its own holding the same repository.\n\n")
+		fmt.Fprintf(b, "| operation | bothy | host ext4 | ratio | host tmpfs | bothy / tmpfs | peer's workspace | peer's ext4 |\n|---|---|---|---|---|---|---|---|\n")
 		for _, op := range FileOps {
-			bo, ho := f("bothy_"+op.Key), f("host_"+op.Key)
+			bo, ho, to := f("bothy_"+op.Key), f("host_"+op.Key), f("tmpfs_"+op.Key)
 			peer, peerExt4 := "—", "—"
 			if op.PeerMS > 0 {
 				peer, peerExt4 = value(op.PeerMS, "ms"), value(op.PeerExt4MS, "ms")
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %.2fx | %s | %s |\n", op.Label, spread(bo), spread(ho), ratio(bo.Median, ho.Median), peer, peerExt4)
+			tx := "—"
+			if len(to.Runs) > 0 {
+				tx = fmt.Sprintf("%.2fx", ratio(bo.Median, to.Median))
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %.2fx | %s | %s | %s | %s |\n", op.Label, spread(bo), spread(ho), ratio(bo.Median, ho.Median), spread(to), tx, peer, peerExt4)
 		}
 	}
+	r.npmMarkdown(b)
 	fmt.Fprintf(b, "\n")
+}
+
+// npmMarkdown writes the npm section.
+func (r *RuntimeReport) npmMarkdown(b *strings.Builder) {
+	f := r.Figure
+	bo := f("bothy_npm_ci")
+	if len(bo.Runs) == 0 || r.Npm == nil {
+		return
+	}
+	n := r.Npm
+	fmt.Fprintf(b, "\n### Dependency install (npm)\n\n")
+	fmt.Fprintf(b, "`npm ci --offline --cache DIR --no-audit --no-fund --ignore-scripts` of a fixed set (`bench/testdata/npm/`: %s, and what they need) from a local npm cache: %d packages, %s files, %.0f MiB in `node_modules`, from a cache of %.0f MiB. The cache was filled once before anything was timed, by one online `npm ci` through npm's configured registry (%.0f s, untimed). Each side has the project and a copy of the cache on its own file system: the computer in its workspace (the lower layer of its overlay, a new lease each run, untimed), the host in a directory of its ext4 and in a tmpfs, each run in a new directory beside the cache (as each lease writes to a new upper layer); the three alternate. npm alone is timed (bash's `$EPOCHREALTIME` around it, inside the computer for the computer); each run removes `node_modules` afterwards, untimed. Install scripts are not run on any side.\n\n",
+		strings.Join(n.Direct, ", "), n.Packages, thousands(n.Files), mib(n.Bytes), mib(n.CacheBytes), n.FillSecs)
+	fmt.Fprintf(b, "| where | `npm ci` | ratio to host ext4 | the peer (%s files, 1 vCPU) |\n|---|---|---|---|\n", thousands(peerNpmFiles))
+	h, t := f("host_npm_ci"), f("tmpfs_npm_ci")
+	fmt.Fprintf(b, "| in a computer | %s | %.2fx | %.1f s (its workspace) |\n", spread(bo), ratio(bo.Median, h.Median), peerNpmSeconds)
+	fmt.Fprintf(b, "| host ext4 | %s | 1.00x | %.1f s |\n", spread(h), peerNpmExt4)
+	if len(t.Runs) > 0 {
+		fmt.Fprintf(b, "| host tmpfs | %s | %.2fx | %.1f s |\n", spread(t), ratio(t.Median, h.Median), peerNpmTmpfs)
+	}
+	fmt.Fprintf(b, "\nRuns, in order: in a computer %s; host ext4 %s", spreadRuns(bo), spreadRuns(h))
+	if len(t.Runs) > 0 {
+		fmt.Fprintf(b, "; host tmpfs %s", spreadRuns(t))
+	}
+	fmt.Fprintf(b, ". By the fastest run of each, the computer takes %.2fx the host's ext4.\n", ratio(bo.Min, h.Min))
+	if c := f("bothy_npm_ci_command"); len(c.Runs) > 0 {
+		fmt.Fprintf(b, "\nThe whole command through the API, with counting and removing `node_modules` and the checkpoint after it: %s.\n", spread(c))
+	}
+}
+
+// counts lists a figure's runs as whole numbers.
+func counts(f Figure) string {
+	var s []string
+	for _, v := range f.Runs {
+		s = append(s, fmt.Sprintf("%.0f", v))
+	}
+	return strings.Join(s, ", ")
 }
 
 // latencyRow writes a table row: label, p50, p99, min, max, runs.

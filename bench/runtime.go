@@ -46,6 +46,13 @@ type RuntimeOptions struct {
 	UploadRuns     int // uploads through the files API (3)
 	UploadMiB      int // size of each upload (200)
 	ServeComputers int // cold computers in a `bothy serve` whose memory is read (1000); -1 skips
+	// NpmRuns are the runs of the npm install on each side (3); -1 skips
+	// it, and NpmSkip says why.
+	NpmRuns int
+	NpmSkip string
+	// LeaseCounts are the numbers of active leases at which a `bothy
+	// serve`'s memory is read ({1, 5, 10}).
+	LeaseCounts []int
 
 	// Only, if set, runs only the scenarios whose names contain one of
 	// its comma-separated words.
@@ -54,7 +61,8 @@ type RuntimeOptions struct {
 
 // QuickRuntime is a smoke run's counts.
 var QuickRuntime = RuntimeOptions{WarmRuns: 20, CLIRuns: 5, ColdRuns: 3, StreamRuns: 1, StreamLines: 50, FanOutRuns: 2, EditRuns: 3, FileOpsRuns: 1,
-	LargeRuns: 1, ConcurrentRuns: 1, UploadRuns: 1, UploadMiB: 50}
+	LargeRuns: 1, ConcurrentRuns: 1, UploadRuns: 1, UploadMiB: 50,
+	NpmRuns: -1, NpmSkip: "not run by --quick: one install takes about 20 s a side, and the cache fill as long; the full bench runs it"}
 
 func (o *RuntimeOptions) defaults() {
 	def := func(p *int, v int) {
@@ -75,6 +83,10 @@ func (o *RuntimeOptions) defaults() {
 	def(&o.UploadRuns, 3)
 	def(&o.UploadMiB, 200)
 	def(&o.ServeComputers, 1000)
+	def(&o.NpmRuns, 3)
+	if len(o.LeaseCounts) == 0 {
+		o.LeaseCounts = []int{1, 5, 10}
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -111,6 +123,23 @@ type RuntimeReport struct {
 	// Steps is how long each scenario took, setup included.
 	Steps []StepTime `json:"steps"`
 	Notes []string   `json:"notes,omitempty"`
+	// Skipped lists the scenarios that did not run, and why.
+	Skipped []Skip `json:"skipped,omitempty"`
+	// Npm describes the dependency set of the npm scenario.
+	Npm *NpmSet `json:"npm,omitempty"`
+	// LeaseCounts are the numbers of active leases at which `bothy
+	// serve`'s memory was read (bothy_serve_rss_leases_N).
+	LeaseCounts []int `json:"lease_counts,omitempty"`
+}
+
+// Skip is a scenario that did not run, and why.
+type Skip struct {
+	Scenario string `json:"scenario"`
+	Reason   string `json:"reason"`
+}
+
+func (r *RuntimeReport) skip(scenario, reason string) {
+	r.Skipped = append(r.Skipped, Skip{scenario, reason})
 }
 
 // StepTime is how long one scenario of the runtime bench took.
@@ -167,6 +196,9 @@ func RunRuntime(ctx context.Context, opts RuntimeOptions) (rep *RuntimeReport, e
 	if err != nil {
 		return nil, fmt.Errorf("start server: %w", err)
 	}
+	if e.uncounted != "" {
+		rep.skip("concurrent provider operations", e.uncounted)
+	}
 	defer func() {
 		fmt.Fprintf(p, "destroying %d computers and stopping the server\n", len(e.computers))
 		residue, cerr := e.Close(context.Background())
@@ -205,7 +237,17 @@ func RunRuntime(ctx context.Context, opts RuntimeOptions) (rep *RuntimeReport, e
 	if opts.FileOpsRuns > 0 {
 		steps = append(steps, step{"file operations", fileOps})
 	}
-	steps = append(steps, step{"memory of each lease", leaseMemory}, step{"destroy", destroyActive})
+	if opts.NpmRuns > 0 {
+		steps = append(steps, step{npmScenario, npmInstall})
+	} else if selected(npmScenario, opts.Only) {
+		rep.skip(npmScenario, opts.NpmSkip)
+	}
+	steps = append(steps, step{"destroy", destroyActive})
+	if opts.CLI != "" {
+		steps = append(steps, step{"memory per active lease", leaseMemory})
+	} else {
+		rep.skip("memory per active lease", "no bothy binary to run as `bothy serve`")
+	}
 	if opts.ServeComputers > 0 && opts.CLI != "" {
 		steps = append(steps, step{fmt.Sprintf("memory of bothy serve with %d cold computers", opts.ServeComputers), serveMemory})
 	}

@@ -24,6 +24,9 @@ func runBench(ctx context.Context, args []string) error {
 	storage := fs.Bool("storage", true, "measure the workspace store")
 	rt := fs.Bool("runtime", true, "measure computers through an embedded server (root, bubblewrap)")
 	fileops := fs.Bool("fileops", true, "measure file operations inside a computer against the host's disk")
+	npm := fs.Bool("npm", true, "measure npm install of a fixed dependency set from a local cache, filled first through npm's configured registry (not in --quick)")
+	admission := fs.Bool("admission", true, "measure command admission and lease reservation throughput on SQLite and PostgreSQL")
+	pgURL := fs.String("postgres", os.Getenv(bench.EnvPostgresURL), "PostgreSQL server for the admission bench, whose role may create a database (default $"+bench.EnvPostgresURL+")")
 	charts := fs.Bool("charts", true, "draw PNG charts beside the report")
 	only := fs.String("only", "", "run only the runtime scenarios whose names contain one of these comma-separated words")
 	from := fs.String("from", "", "measure nothing: write the report and charts again from this JSON of an earlier run")
@@ -39,10 +42,11 @@ func runBench(ctx context.Context, args []string) error {
 		if err := json.Unmarshal(b, &rep); err != nil {
 			return fmt.Errorf("read %s: %w", *from, err)
 		}
+		rep.ComputeGoals()
 		return writeReport(&rep, *out, *charts, time.Now())
 	}
 	began := time.Now()
-	rep := &bench.Report{Command: "go run ./cmd/bothy bench", Quick: *quick}
+	rep := &bench.Report{Command: "go run ./cmd/bothy bench", Quick: *quick, LoadStart: bench.LoadAverage()}
 	if *quick {
 		rep.Command += " --quick"
 	}
@@ -81,9 +85,24 @@ func runBench(ctx context.Context, args []string) error {
 		if !*fileops {
 			opts.FileOpsRuns = -1
 		}
+		if !*npm {
+			opts.NpmRuns, opts.NpmSkip = -1, "left out with --npm=false"
+		}
 		opts.LargeTree, opts.Only = large, *only
 		fmt.Fprintf(os.Stderr, "== computers through the API\n")
 		if rep.Runtime, err = bench.RunRuntime(ctx, opts); err != nil {
+			return err
+		}
+	}
+	if *admission {
+		opts := bench.AdmissionOptions{WorkDir: filepath.Join(*work, "admission"), Postgres: *pgURL, Progress: os.Stderr,
+			PostgresSkip: "no PostgreSQL server given: $" + bench.EnvPostgresURL + " is unset (as root, `eval \"$(scripts/pg-test-env)\"` starts the local one and sets it)"}
+		if *quick {
+			opts.Ops, opts.Rounds = 100, 1
+		}
+		fmt.Fprintf(os.Stderr, "== admission and reservation throughput\n")
+		var err error
+		if rep.Admission, err = bench.RunAdmission(ctx, opts); err != nil {
 			return err
 		}
 	}
