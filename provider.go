@@ -178,6 +178,12 @@ type ExecSpec struct {
 	Stdout, Stderr io.Writer
 	// Timeout bounds the command's wall time; zero means none.
 	Timeout time.Duration
+	// SecretFiles are secrets given as files: each key is an environment
+	// variable that is set to the path of a file holding the value
+	// (/dev/fd/N, a sealed memory file), which only the command's
+	// processes can open. It is never written to disk. A provider that
+	// cannot pass such files refuses a spec with them (EINVALID).
+	SecretFiles map[string]string
 	// Limits are the command's own limits, within the lease's: MemoryBytes,
 	// Pids and CPUMillis bound the command's processes together (its
 	// background ones too), ScratchBytes lowers the size a file may grow
@@ -206,6 +212,14 @@ func (s *ExecSpec) Validate() error {
 		return Errorf(EINVALID, "a command's script must not hold NUL bytes")
 	}
 	if _, err := CleanCwd(s.Cwd); err != nil {
+		return err
+	}
+	for name := range s.SecretFiles {
+		if _, ok := s.Env[name]; ok {
+			return Errorf(EINVALID, "environment variable %s is both in env and a secret file's", name)
+		}
+	}
+	if err := validateEnv(s.SecretFiles); err != nil {
 		return err
 	}
 	return validateEnv(s.Env)

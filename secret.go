@@ -35,6 +35,10 @@ type SecretRef struct {
 	// Env is the environment variable that gets the value; Normalize sets
 	// it from Name when it is empty.
 	Env string `json:"env"`
+	// File gives the secret as a file: Env then holds the file's path
+	// (/dev/fd/N, readable by the command's processes only), not the
+	// value. Not every provider can (gvisor cannot).
+	File bool `json:"file,omitempty"`
 }
 
 // Normalize fills in the default Env: Name upper-cased, with every

@@ -58,7 +58,7 @@ func (l *lease) command(ctx context.Context, cw *runtime.CommandWork) {
 				l.netStart[id] = n
 				l.mu.Unlock()
 			}
-			st, err := sup.Run(ctx, id, supervisor.RunSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Env: s.Env, Secrets: s.Secrets, Stdin: s.Stdin, TimeoutMS: s.TimeoutMS, Limits: s.Limits})
+			st, err := sup.Run(ctx, id, supervisor.RunSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Env: s.Env, Secrets: s.Secrets, SecretFiles: s.SecretFiles, Stdin: s.Stdin, TimeoutMS: s.TimeoutMS, Limits: s.Limits})
 			if err != nil {
 				// The supervisor refused it (a bad cwd, say) or could not
 				// be reached; in the second case the control plane asks

@@ -329,7 +329,7 @@ func (a *Agent) recover(ctx context.Context) {
 		}
 		l := &lease{a: a, dir: dir, rec: rec, state: leaseRecovered,
 			inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
-		netStart: map[string]int64{}, diskKilled: map[string]bool{}}
+			netStart: map[string]int64{}, diskKilled: map[string]bool{}}
 		a.leases[rec.LeaseID] = l
 		a.log.Info("found lease on disk", "lease", rec.LeaseID, "computer", rec.ComputerID)
 	}

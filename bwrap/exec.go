@@ -156,20 +156,31 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		}
 	}()
 
+	// Secret files follow the enter program's descriptors (3 to 11),
+	// which the wrapper closes.
+	files, fileEnv, err := process.SecretFiles(spec.SecretFiles, 4+len(holder))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
 	envR, envW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 	defer envR.Close()
 	go func() {
-		envW.Write(envPairs(h.Env, spec.Env))
+		envW.Write(envPairs(h.Env, spec.Env, fileEnv))
 		envW.Close()
 	}()
 
 	cmd := exec.Command("/usr/bin/perl", p.argv(h, st, cg, cwd, spec)...)
 	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	cmd.Dir = "/"
-	cmd.ExtraFiles = append([]*os.File{envR}, holder...) // envFD, nsFD...
+	cmd.ExtraFiles = append(append([]*os.File{envR}, holder...), files...) // envFD, nsFD..., secret files
 	// Nothing runs in the agent's session: a command cannot reach its
 	// terminal, and the agent's job control never signals a command.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

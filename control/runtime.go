@@ -205,13 +205,17 @@ func (c *Controller) withSecrets(ctx context.Context, cmd *bothy.Command, spec *
 		return nil, bothy.Errorf(bothy.EUNAVAILABLE, "this server has no secret store")
 	}
 	out := *spec
-	out.Secrets = make(map[string]string, len(cmd.Secrets))
+	out.Secrets, out.SecretFiles = map[string]string{}, map[string]string{}
 	for _, ref := range cmd.Secrets {
 		v, err := c.cfg.Secrets.Secret(ctx, cmd.TenantID, ref.Name)
 		if err != nil {
 			return nil, bothy.Errorf(bothy.ErrorCode(err), "secret %q: %s", ref.Name, bothy.ErrorMessage(err))
 		}
-		out.Secrets[ref.Env] = string(v)
+		if ref.File {
+			out.SecretFiles[ref.Env] = string(v)
+		} else {
+			out.Secrets[ref.Env] = string(v)
+		}
 	}
 	return &out, nil
 }

@@ -83,6 +83,8 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	}
 	if spec.Limits != (bothy.Limits{}) {
 		return nil, bothy.Errorf(bothy.EINVALID, "the gvisor provider limits a lease, not a single command")
+	} else if len(spec.SecretFiles) > 0 {
+		return nil, bothy.Errorf(bothy.EINVALID, "the gvisor provider cannot give a command secret files; give the secret as an environment variable")
 	}
 	cwd, _ := bothy.CleanCwd(spec.Cwd)
 	st, err := decodeState(h)

@@ -118,9 +118,15 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	if h.NetNS != "" {
 		argv = append([]string{"nsenter", "--net=" + h.NetNS, "--"}, argv...)
 	}
+	files, fileEnv, err := SecretFiles(spec.SecretFiles, 3)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAll(files)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
-	cmd.Env = environ(h.Workspace, h.Env, spec.Env)
+	cmd.Env = environ(h.Workspace, h.Env, spec.Env, fileEnv)
+	cmd.ExtraFiles = files
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 
 	p.mu.Lock()

@@ -1,6 +1,8 @@
 package providertest
 
 import (
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,4 +69,36 @@ func testCommandLimits(t *testing.T, newProvider func(t *testing.T) bothy.Provid
 			t.Fatalf("a command limited to 0.1 CPU used %v of CPU in %v", cpu, res.Duration)
 		}
 	})
+}
+
+// testSecretFiles checks ExecSpec.SecretFiles: the command reads the value
+// from the file its variable names, more than once, cannot change it, and
+// nothing of it is in the workspace; a later command does not get it. A
+// provider that cannot pass files refuses the spec (EINVALID).
+func testSecretFiles(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
+	p := newProvider(t)
+	h, ws := Start(t, p, bothy.LeaseSpec{})
+	const value = "file-secret-value-8c1f"
+	spec := bothy.ExecSpec{Script: `cat "$KEY_FILE"; echo; cat "$KEY_FILE"; echo; echo x >> "$KEY_FILE" 2>/dev/null && echo WROTE; case "$KEY_FILE" in /dev/fd/*) echo fd;; esac`,
+		SecretFiles: map[string]string{"KEY_FILE": value}}
+	res, err := p.Exec(t.Context(), h, spec)
+	if bothy.ErrorCode(err) == bothy.EINVALID {
+		t.Logf("the provider refuses secret files: %v", err)
+		return
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	res, out, errOut := Exec(t, p, h, spec)
+	wantExit(t, res, 0)
+	if out != value+"\n"+value+"\nfd\n" {
+		t.Fatalf("stdout %q (stderr %q), want the value twice and a /dev/fd path", out, errOut)
+	}
+	res, out, _ = Exec(t, p, h, bothy.ExecSpec{Script: `echo "[$KEY_FILE]"; ls /dev/fd/ | wc -l`})
+	wantExit(t, res, 0)
+	if !strings.HasPrefix(out, "[]\n") {
+		t.Errorf("a later command sees %q", out)
+	}
+	if b, err := exec.Command("grep", "-rl", value, ws).Output(); err == nil || len(b) > 0 {
+		t.Errorf("the workspace holds the value: %s", b)
+	}
 }

@@ -71,6 +71,7 @@ func TestProvider(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 	t.Run("Scratch", func(t *testing.T) { testScratch(t, newProvider) })
 	t.Run("NetNS", func(t *testing.T) { testNetNS(t, newProvider) })
 	t.Run("CommandLimits", func(t *testing.T) { testCommandLimits(t, newProvider) })
+	t.Run("SecretFiles", func(t *testing.T) { testSecretFiles(t, newProvider) })
 }
 
 func testExec(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {

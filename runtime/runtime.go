@@ -160,9 +160,12 @@ type Spec struct {
 	// Secrets are the values of the command's secrets, by environment
 	// variable: the runtime adds them to the environment, keeps them in
 	// no file and redacts them from the output.
-	Secrets   map[string]string `json:"secrets,omitempty"`
-	Stdin     []byte            `json:"stdin,omitempty"`
-	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	Secrets map[string]string `json:"secrets,omitempty"`
+	// SecretFiles are secrets given as files, by the variable that names
+	// the file's path (bothy.ExecSpec.SecretFiles).
+	SecretFiles map[string]string `json:"secret_files,omitempty"`
+	Stdin       []byte            `json:"stdin,omitempty"`
+	TimeoutMS   int64             `json:"timeout_ms,omitempty"`
 	// Limits are the command's own limits, within the lease's.
 	Limits bothy.Limits `json:"limits,omitzero"`
 }

@@ -82,6 +82,9 @@ type RunSpec struct {
 	// also be in Env. A value must be text (UTF-8, no NUL) and, unless
 	// empty, at least redact.MinValueBytes long.
 	Secrets map[string]string `json:"secrets,omitempty"`
+	// SecretFiles are secrets given as files (bothy.ExecSpec.SecretFiles):
+	// variable → value, kept and redacted as Secrets are.
+	SecretFiles map[string]string `json:"secret_files,omitempty"`
 }
 
 // Response is the answer line to a Request.
@@ -222,9 +225,11 @@ func (c *Client) call(ctx context.Context, req *Request) (*Response, error) {
 func (c *Client) Run(ctx context.Context, id string, spec RunSpec) (*Status, error) {
 	// JSON would silently replace invalid UTF-8, and a secret changed on
 	// the way would be neither right in the environment nor redacted.
-	for k, v := range spec.Secrets {
-		if !utf8.ValidString(v) {
-			return nil, bothy.Errorf(bothy.EINVALID, "secret %s is not valid UTF-8: environment values must be text", k)
+	for _, m := range []map[string]string{spec.Secrets, spec.SecretFiles} {
+		for k, v := range m {
+			if !utf8.ValidString(v) {
+				return nil, bothy.Errorf(bothy.EINVALID, "secret %s is not valid UTF-8: a secret's value must be text", k)
+			}
 		}
 	}
 	resp, err := c.call(ctx, &Request{Op: OpRun, CommandID: id, RunSpec: spec})
@@ -345,5 +350,13 @@ func (s *RunSpec) execSpec() (bothy.ExecSpec, error) {
 		}
 		spec.Env[k] = v
 	}
+	for k, v := range s.SecretFiles {
+		if _, ok := spec.Env[k]; ok {
+			return spec, bothy.Errorf(bothy.EINVALID, "environment variable %s is both a secret file's and set otherwise", k)
+		} else if len(v) > 0 && len(v) < redact.MinValueBytes {
+			return spec, bothy.Errorf(bothy.EINVALID, "secret %s is shorter than %d bytes: too short to redact from output", k, redact.MinValueBytes)
+		}
+	}
+	spec.SecretFiles = s.SecretFiles
 	return spec, spec.Validate()
 }

@@ -19,10 +19,13 @@ func (s *server) run(id string, rs *RunSpec) (*Status, error) {
 		return nil, err
 	}
 	var red *redact.Redactor
-	if len(rs.Secrets) > 0 {
+	if len(rs.Secrets)+len(rs.SecretFiles) > 0 {
 		// Built before the lock: a large secret takes a moment.
-		values := make([][]byte, 0, len(rs.Secrets))
+		values := make([][]byte, 0, len(rs.Secrets)+len(rs.SecretFiles))
 		for _, v := range rs.Secrets {
+			values = append(values, []byte(v))
+		}
+		for _, v := range rs.SecretFiles {
 			values = append(values, []byte(v))
 		}
 		if red, err = redact.New(values); err != nil {
@@ -39,7 +42,7 @@ func (s *server) run(id string, rs *RunSpec) (*Status, error) {
 		return nil, bothy.Errorf(bothy.ECONFLICT, "the supervisor is shutting down")
 	}
 	accepted := *rs
-	accepted.Secrets = nil // never on disk
+	accepted.Secrets, accepted.SecretFiles = nil, nil // never on disk
 	b, _ := json.Marshal(&accepted)
 	// Held across the fsync so that two Runs of one id cannot both start.
 	j, err := createJournal(s.cmdDir, id, b, s.cfg.RetainBytes)

@@ -287,6 +287,19 @@ type secretFlag []bothy.SecretRef
 
 func (s *secretFlag) String() string { return "" }
 
+// secretFile collects --secret-file NAME[=VAR] into the same list.
+type secretFile struct{ list *secretFlag }
+
+func (s *secretFile) String() string { return "" }
+
+func (s *secretFile) Set(v string) error {
+	if err := s.list.Set(v); err != nil {
+		return err
+	}
+	(*s.list)[len(*s.list)-1].File = true
+	return nil
+}
+
 func (s *secretFlag) Set(v string) error {
 	name, env, _ := strings.Cut(v, "=")
 	ref := bothy.SecretRef{Name: name, Env: env}

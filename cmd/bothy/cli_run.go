@@ -13,7 +13,7 @@ import (
 	bhttp "github.com/bothyhq/bothy/http"
 )
 
-const runUsage = "bothy run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... [--secret NAME[=VAR]]... [--memory SIZE] [--cpus N] [--pids N] [--scratch SIZE] -- CMD [ARGS...]"
+const runUsage = "bothy run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... [--secret NAME[=VAR]]... [--secret-file NAME[=VAR]]... [--memory SIZE] [--cpus N] [--pids N] [--scratch SIZE] -- CMD [ARGS...]"
 
 // run runs a command on a computer and streams its output: stdout events to
 // stdout, stderr events to stderr. It exits with the command's exit code
@@ -30,6 +30,7 @@ func (c *cli) run(ctx context.Context, args []string) error {
 	fs.Var(env, "env", "`K=V` environment variable of the command (repeatable)")
 	var secrets secretFlag
 	fs.Var(&secrets, "secret", "`NAME[=VAR]`: give the command the tenant's secret NAME in variable VAR (default: NAME upper-cased); redacted from its output (repeatable)")
+	fs.Var(&secretFile{&secrets}, "secret-file", "`NAME[=VAR]`: give the command the secret NAME as a file, whose path is in VAR (repeatable)")
 	memory := fs.String("memory", "", "the command's own memory limit (512MiB, 2GiB), within the lease's")
 	cpus := fs.Float64("cpus", 0, "the command's own CPU limit, in CPUs (0.5 is half a CPU)")
 	pids := fs.Int64("pids", 0, "the command's own limit on processes and threads at once")

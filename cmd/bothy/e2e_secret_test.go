@@ -46,10 +46,11 @@ perl -e 'print join("", map { sprintf "%%%02X", ord } split //, $ENV{GH_TOKEN}),
 printf %s "${GH_TOKEN:0:7}"; sleep 0.3; printf '%s\n' "${GH_TOKEN:7}"
 echo "on stderr: $GH_TOKEN" >&2
 echo "$GH_TOKEN" > /tmp/not-in-the-workspace
+case "$GH_FILE" in /dev/fd/*) echo "file:$(cat "$GH_FILE")";; *) echo "no file: $GH_FILE";; esac
 echo done`
-	cmd := a.run(c.ID, bothy.RunRequest{Script: script, Secrets: []bothy.SecretRef{{Name: "gh", Env: "GH_TOKEN"}},
+	cmd := a.run(c.ID, bothy.RunRequest{Script: script, Secrets: []bothy.SecretRef{{Name: "gh", Env: "GH_TOKEN"}, {Name: "gh", Env: "GH_FILE", File: true}},
 		Wait: true})
-	if cmd.State != bothy.CommandCompleted || len(cmd.Secrets) != 1 || cmd.Secrets[0].Name != "gh" {
+	if cmd.State != bothy.CommandCompleted || len(cmd.Secrets) != 2 || cmd.Secrets[0].Name != "gh" || !cmd.Secrets[1].File {
 		t.Fatalf("command %s, secrets %+v", cmd.State, cmd.Secrets)
 	}
 	events := a.events(cmd.ID, 0, nil)
@@ -59,7 +60,7 @@ echo done`
 		t.Errorf("the command did not see the secret's value: %q", out)
 	}
 	if !strings.Contains(out, "exact:[REDACTED]") || !strings.Contains(out, "done") || errOut != "on stderr: [REDACTED]\n" ||
-		strings.Count(out, "[REDACTED]") != 5 {
+		strings.Count(out, "[REDACTED]") != 6 || !strings.Contains(out, "file:[REDACTED]") {
 		t.Errorf("the command's output was not redacted as expected:\nstdout %q\nstderr %q", out, errOut)
 	}
 	forms := map[string]string{
