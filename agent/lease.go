@@ -231,7 +231,7 @@ func (l *lease) prepare(ctx context.Context, resume bool) error {
 	if prov == nil {
 		return bothy.Errorf(bothy.EINVALID, "provider %q is not enabled on this agent", l.rec.Provider)
 	}
-	opts := hostcache.MountOptions{RedirectDir: true}
+	opts := hostcache.MountOptions{RedirectDir: true, Volatile: true}
 	// A provider that names the lease's uid now gets a workspace that
 	// already appears owned by it (an idmapped lower layer), so its Start
 	// chowns nothing and nothing is copied up until it is written.

@@ -5,12 +5,14 @@ import (
 	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/bothyhq/bothy/checkpoint"
 	"github.com/bothyhq/bothy/hostcache"
+	"github.com/bothyhq/bothy/mountinfo"
 )
 
 func TestCache_Materialize(t *testing.T) {
@@ -193,4 +195,54 @@ func TestMount(t *testing.T) {
 		t.Fatalf("mounts left: %v", mounts)
 	}
 	must(t, m.Unmount(ctx)) // idempotent
+}
+
+// TestMount_Volatile: a volatile overlay works like any other (writes,
+// checkpoint of the merged view), a second Mount while it is mounted
+// attaches to it, and once unmounted its upper layer is refused by the
+// kernel, as Volatile says: a lease cannot be resumed from it.
+func TestMount_Volatile(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	repo := newRepo(t)
+	src := t.TempDir()
+	writeTree(t, src, mrand.New(mrand.NewPCG(5, 5)), 20)
+	snap, _ := snapshotOf(t, repo, src)
+	c, err := hostcache.Open(t.TempDir())
+	must(t, err)
+	lower, err := c.Materialize(ctx, tenant, snap)
+	must(t, err)
+	opts := hostcache.MountOptions{Volatile: true, RedirectDir: true}
+	m := mount(t, lower, opts)
+	mounts, err := mountinfo.Read()
+	must(t, err)
+	volatile := false
+	for _, mi := range mounts {
+		// Shown as fsync=volatile by current kernels, volatile by older.
+		if fsync, _ := mi.Option("fsync"); mi.Point == m.Merged && (fsync == "volatile" || strings.Contains(mi.SuperOptions+",", ",volatile,")) {
+			volatile = true
+		}
+	}
+	if !volatile {
+		t.Fatal("the overlay is not mounted volatile")
+	}
+	randomOps(t, m.Merged, mrand.New(mrand.NewPCG(6, 6)), 50)
+	want := hashTree(t, m.Merged)
+	res, err := m.Checkpoint(ctx, snap, hostcache.CheckpointOptions{})
+	must(t, err)
+	got, err := repo.Open(ctx, res.Root.String(), res.Packs)
+	must(t, err)
+	out := t.TempDir()
+	must(t, got.Restore(ctx, out, checkpoint.RestoreOptions{}))
+	if hashTree(t, out) != want {
+		t.Fatal("the checkpoint of a volatile overlay differs from its merged view")
+	}
+	if _, err := hostcache.Mount(ctx, lower, filepath.Dir(m.Merged), opts); err != nil {
+		t.Fatalf("attaching to the mounted overlay: %v", err)
+	}
+	must(t, m.Unmount(ctx))
+	if _, err := hostcache.Mount(ctx, lower, filepath.Dir(m.Merged), opts); err == nil {
+		t.Fatal("a volatile upper layer was mounted again after its unmount")
+	}
+	must(t, m.Remove(ctx))
 }

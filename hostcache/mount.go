@@ -47,6 +47,15 @@ type MountOptions struct {
 	// kernel refuses the idmapped lower, Mount mounts the plain overlay,
 	// owned by root, and sets Overlay.IDMapErr.
 	IDMapUID int
+	// Volatile mounts with volatile: the overlay never syncs the upper
+	// layer (no fsync of copied-up files, no sync at unmount). The
+	// runtime checkpoints after every command, so a host crash loses only
+	// what was written since the last checkpoint, and the kernel then
+	// refuses to mount that upper layer again (its work/incompat/volatile
+	// marker): the lease cannot be resumed, and its computer restarts from
+	// its last revision. A restart of the agent alone finds the overlay
+	// still mounted and keeps it.
+	Volatile bool
 }
 
 // options is the overlay mount data. Features whose on-disk effects
@@ -58,8 +67,12 @@ func (o MountOptions) options(lower, upper, work string) string {
 	if o.RedirectDir {
 		redirect = "on"
 	}
-	return fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=%s,metacopy=off,index=off,xino=off",
+	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,redirect_dir=%s,metacopy=off,index=off,xino=off",
 		lower, upper, work, redirect)
+	if o.Volatile {
+		data += ",volatile"
+	}
+	return data
 }
 
 // Mount creates upper, work and merged under leaseDir and mounts the overlay
