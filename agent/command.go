@@ -287,16 +287,23 @@ func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSe
 // agent knows: the bytes the checkpoint found written, the broker's bytes
 // while the command ran, and whether the scratch watcher killed it.
 func (l *lease) end(ctx context.Context, id string, r *runtime.Report) {
+	// The archive's upload and the checkpoint touch different files:
+	// they run at once.
+	archived := make(chan struct{})
+	go func() {
+		defer close(archived)
+		if digest, err := l.archive(ctx, id); err != nil {
+			l.a.log.Error("archive command output", "command", id, "err", err)
+		} else {
+			r.OutputDigest = digest
+		}
+	}()
 	rev, written, err := l.checkpointWritten(ctx)
 	if err != nil {
 		l.a.log.Error("checkpoint after command", "command", id, "err", err)
 	}
+	<-archived
 	r.RevisionAfter = rev
-	if digest, err := l.archive(ctx, id); err != nil {
-		l.a.log.Error("archive command output", "command", id, "err", err)
-	} else {
-		r.OutputDigest = digest
-	}
 	l.mu.Lock()
 	netStart, diskKilled := l.netStart[id], l.diskKilled[id]
 	delete(l.netStart, id)
@@ -332,7 +339,8 @@ func (l *lease) lost(ctx context.Context, reason string) {
 
 // archive stores the command's output archive (the supervisor's, see
 // supervisor.ArchivePath) as a blob named by its SHA-256 under
-// outputs/TENANT/, and returns "sha256:HEX".
+// outputs/TENANT/, and returns "sha256:HEX". A command that wrote nothing
+// has no archive: it returns "" (its events say all there is).
 func (l *lease) archive(ctx context.Context, id string) (string, error) {
 	path := supervisor.ArchivePath(filepath.Join(l.dir, "sup"), id)
 	f, err := os.Open(path)
@@ -340,6 +348,11 @@ func (l *lease) archive(ctx context.Context, id string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return "", err
+	} else if fi.Size() == 0 {
+		return "", nil
+	}
 	h := sha256.New()
 	size, err := io.Copy(h, f)
 	if err != nil {
