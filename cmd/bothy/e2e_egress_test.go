@@ -59,7 +59,12 @@ for a in %s 127.0.0.1; do curl -sS -m 3 --noproxy '*' http://$a:%s/ && echo REAC
 	}
 
 	// Allowlisted: through the broker.
-	cmd, out := run(&allow, "echo $HTTPS_PROXY; curl -sS -m 10 http://"+allowed+"/")
+	cmd, out := run(&allow, "env | grep -i _proxy= | sort; curl -sS -m 10 http://"+allowed+"/")
+	for _, v := range []string{"HTTP_PROXY=http://", "HTTPS_PROXY=http://", "http_proxy=http://", "https_proxy=http://", "NO_PROXY=localhost"} {
+		if !strings.Contains(out, v) {
+			t.Errorf("the allowlist computer's environment lacks %s:\n%s", v, out)
+		}
+	}
 	if !strings.Contains(out, "allowed origin") || cmd.ExitCode == nil || *cmd.ExitCode != 0 {
 		t.Errorf("allowlisted origin not reached (%s, exit %v):\n%s", cmd.State, cmd.ExitCode, out)
 	}
