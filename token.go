@@ -72,11 +72,36 @@ func (p *Principal) CanUseProfile(profile string) bool {
 	return a.CanUseProfile(profile)
 }
 
+// ScopeAgentPrefix makes a token an agent's: "agent:ID" may poll the
+// control plane as the agent ID, and nothing else. It is the only scope of
+// its token, so that an agent's credential opens no API route, and it may
+// expire and be revoked like any token.
+const ScopeAgentPrefix = "agent:"
+
+// AgentOf returns the agent id of an agent token's scopes, or "".
+func AgentOf(scopes []string) string {
+	if len(scopes) == 1 {
+		if id, ok := strings.CutPrefix(scopes[0], ScopeAgentPrefix); ok {
+			return id
+		}
+	}
+	return ""
+}
+
 // ValidateScopes reports whether scopes is a non-empty list of known
-// scopes and authority scopes (profile:, egress:, secret:, budget:).
+// scopes and authority scopes (profile:, egress:, secret:, budget:), or a
+// single agent:ID scope.
 func ValidateScopes(scopes []string) error {
 	if len(scopes) == 0 {
 		return Errorf(EINVALID, "a token needs at least one scope")
+	}
+	for _, s := range scopes {
+		if id, ok := strings.CutPrefix(s, ScopeAgentPrefix); ok {
+			if len(scopes) != 1 {
+				return Errorf(EINVALID, "an agent token (%s) has no other scope", s)
+			}
+			return ValidateID("agent id", id)
+		}
 	}
 	for _, s := range scopes {
 		if name, ok := strings.CutPrefix(s, ScopeProfilePrefix); ok {

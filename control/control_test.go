@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/control"
@@ -241,6 +242,38 @@ func TestPoll_AgentToken(t *testing.T) {
 				t.Errorf("poll with token %q: %v", tok, err)
 			}
 		}
+		// A store token bound to one agent polls as that agent only, until
+		// it is revoked or expires; API tokens are no agent tokens.
+		tok, secret, err := s.CreateToken(f.ctx, "t1", "agents", []string{"agent:a"}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.c.Poll(f.ctx, secret, &runtime.PollRequest{AgentID: "a"}); err != nil {
+			t.Errorf("poll as a with an agent:a token: %v", err)
+		}
+		if _, err := f.c.Poll(f.ctx, secret, &runtime.PollRequest{AgentID: "b"}); code(err) != bothy.EUNAUTHORIZED {
+			t.Errorf("poll as b with an agent:a token: %v", err)
+		}
+		_, expired, err := s.CreateToken(f.ctx, "t1", "agents", []string{"agent:a"}, time.Now().Add(-time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, api, err := s.CreateToken(f.ctx, "t1", "o", []string{bothy.ScopeAdmin}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RevokeToken(f.ctx, "t1", tok.ID); err != nil {
+			t.Fatal(err)
+		}
+		for name, tk := range map[string]string{"revoked": secret, "expired": expired, "admin API token": api} {
+			if _, err := f.c.Poll(f.ctx, tk, &runtime.PollRequest{AgentID: "a"}); code(err) != bothy.EUNAUTHORIZED {
+				t.Errorf("poll with the %s: %v", name, err)
+			}
+		}
+		if _, _, err := s.CreateToken(f.ctx, "t1", "agents", []string{"agent:a", "computers:read"}, time.Time{}); code(err) != bothy.EINVALID {
+			t.Errorf("an agent scope beside another: %v", err)
+		}
+
 		other := &bothy.Computer{ID: "cmp2", TenantID: "t1", Owner: "o", Profile: "standard", State: bothy.StateCold}
 		if err := s.CreateComputer(f.ctx, other); err != nil {
 			t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/bothyhq/bothy"
@@ -14,9 +15,9 @@ import (
 // holds, adopts those it knew nothing of (after a restart of either side),
 // and answers the desired state of every lease assigned to the agent.
 func (c *Controller) Poll(ctx context.Context, agentToken string, req *runtime.PollRequest) (*runtime.PollResponse, error) {
-	if c.cfg.AgentToken == "" || subtle.ConstantTimeCompare([]byte(agentToken), []byte(c.cfg.AgentToken)) != 1 {
-		return nil, bothy.Errorf(bothy.EUNAUTHORIZED, "agent token is not valid")
-	} else if err := bothy.ValidateID("agent id", req.AgentID); err != nil {
+	if err := bothy.ValidateID("agent id", req.AgentID); err != nil {
+		return nil, err
+	} else if err := c.authAgent(ctx, agentToken, req.AgentID); err != nil {
 		return nil, err
 	}
 	c.mu.Lock()
@@ -192,6 +193,26 @@ func (c *Controller) leaseWork(ctx context.Context, l *leaseState) (*runtime.Lea
 		}
 	}
 	return w, nil
+}
+
+// authAgent accepts the server's own agent token (Config.AgentToken, for
+// its in-process agent and agents it trusts), for any agent id, or a
+// token of the store whose only scope is agent:ID, for that id alone:
+// such a token expires and can be revoked, and cannot poll as another
+// agent to take its leases.
+func (c *Controller) authAgent(ctx context.Context, token, agentID string) error {
+	if c.cfg.AgentToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(c.cfg.AgentToken)) == 1 {
+		return nil
+	}
+	if strings.HasPrefix(token, bothy.TokenPrefix) {
+		p, err := c.store.ResolveToken(ctx, token)
+		if err == nil && bothy.AgentOf(p.Scopes) == agentID {
+			return nil
+		} else if err == nil && bothy.AgentOf(p.Scopes) != "" {
+			return bothy.Errorf(bothy.EUNAUTHORIZED, "this agent token is for agent %q, not %q", bothy.AgentOf(p.Scopes), agentID)
+		}
+	}
+	return bothy.Errorf(bothy.EUNAUTHORIZED, "agent token is not valid")
 }
 
 // withSecrets returns spec with the values of the command's secrets, read

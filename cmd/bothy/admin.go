@@ -24,7 +24,7 @@ const adminUsage = `usage:
   bothy admin token create --tenant T --owner O [--scopes a,b] [--expires D] [--json]
   bothy admin token revoke --tenant T TOKEN_ID
   bothy admin secret put --tenant T NAME < VALUE
-scopes: ` + "computers:read, computers:write, files:read, files:write, admin, profile:NAME (a token without profile scopes may use the standard profile only), egress:allowlist|all, secret:NAME|*, budget:cpu-seconds|wall-seconds|bytes=N"
+scopes: ` + "computers:read, computers:write, files:read, files:write, admin, profile:NAME (a token without profile scopes may use the standard profile only), egress:allowlist|all, secret:NAME|*, budget:cpu-seconds|wall-seconds|bytes=N; or alone agent:ID, an agent's token (bothy agent --id ID)"
 
 // runAdmin runs operator verbs against the store directly, not through the
 // server: they work before any token exists.

@@ -192,13 +192,14 @@ func runAgent(ctx context.Context, args []string) error {
 	var cfg config
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	url := fs.String("control", os.Getenv("BOTHY_URL"), "the control plane's URL")
-	tokenFile := fs.String("agent-token-file", "", "file holding the agent token (the server's DATA/agent.token)")
+	tokenFile := fs.String("agent-token-file", "", "file holding the agent token: the server's DATA/agent.token, or a token with the single scope agent:ID (bothy admin token create --scopes agent:ID --expires D)")
+	id := fs.String("id", agentID(), "the agent's id (an agent:ID token polls as that id only)")
 	allowPrivate := fs.String("egress-allow-private", "", "CIDR prefixes (comma-separated) the egress broker may reach although loopback or private; the metadata address stays denied")
 	args, err := parseFlags(fs, &cfg, args)
 	if err != nil {
 		return err
 	} else if len(args) != 0 || *url == "" || *tokenFile == "" {
-		return bothy.Errorf(bothy.EINVALID, "usage: bothy agent --control URL --agent-token-file FILE [--data DIR] [--blobs URL]")
+		return bothy.Errorf(bothy.EINVALID, "usage: bothy agent --control URL --agent-token-file FILE [--id ID] [--data DIR] [--blobs URL]")
 	} else if cfg.blobs == "" {
 		return bothy.Errorf(bothy.EINVALID, "bothy agent needs --blobs: the control plane's blob store (its DATA/blobs, or gs://...)")
 	}
@@ -224,7 +225,7 @@ func runAgent(ctx context.Context, args []string) error {
 			allow = append(allow, s)
 		}
 	}
-	ag, err := bserver.NewAgent(bserver.AgentConfig{Data: cfg.data, ID: agentID(), URL: *url, Token: strings.TrimSpace(string(b)),
+	ag, err := bserver.NewAgent(bserver.AgentConfig{Data: cfg.data, ID: *id, URL: *url, Token: strings.TrimSpace(string(b)),
 		Blobs: blobs, Providers: providers(), Supervisor: sup, EgressAllowPrivate: allow, Logger: log})
 	if err != nil {
 		return err

@@ -494,10 +494,22 @@ func TestE2E_CrashDuringCommand(t *testing.T) {
 }
 
 // startAgent starts `bothy agent` for the server whose data directory is
-// data, keeping its own state in agentData.
+// data, keeping its own state in agentData. It polls with a token of its
+// own, bound to its id and expiring in an hour (agent:ID), made with
+// `bothy admin token create` once per agentData.
 func startAgent(t *testing.T, s *server, data, agentData string) *server {
 	t.Helper()
-	cmd := bothyCmd(t, "agent", "--control", s.url, "--agent-token-file", filepath.Join(data, "agent.token"),
+	tokenFile := filepath.Join(agentData, "poll.token")
+	if _, err := os.Stat(tokenFile); err != nil {
+		out, err := bothyCmd(t, "admin", "token", "create", "--data", data, "--owner", "agents", "--scopes", "agent:e2e-agent", "--expires", "1h").Output()
+		if err != nil {
+			t.Fatalf("admin token create: %v", err)
+		}
+		if err := os.WriteFile(tokenFile, out, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := bothyCmd(t, "agent", "--control", s.url, "--agent-token-file", tokenFile, "--id", "e2e-agent",
 		"--data", agentData, "--blobs", filepath.Join(data, "blobs"))
 	return startProcess(t, "agent", cmd)
 }
