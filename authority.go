@@ -165,14 +165,18 @@ func parseBudgetScope(s string) (string, int64, error) {
 
 // AdmitRun checks a run request on comp against the caller's authority
 // (req.Authority; nil is the server itself) and the computer's budget,
-// which its creator's authority set. A profile the caller may not use is
-// EFORBIDDEN, as is a computer whose CPU budget is spent. It caps
+// which its creator's authority set. A profile or an egress mode above the
+// caller's own is EFORBIDDEN, as is a computer whose CPU budget is spent. It caps
 // req.TimeoutMS at the wall-time budgets of the caller and the computer.
 func AdmitRun(comp *Computer, req *RunRequest) error {
 	budgets := []Budget{}
 	if a := req.Authority; a != nil {
 		if !a.CanUseProfile(comp.Profile) {
 			return Errorf(EFORBIDDEN, "this token may not use profile %q (it needs the scope %s%s)", comp.Profile, ScopeProfilePrefix, comp.Profile)
+		} else if !a.CanUseEgress(comp.Egress.Mode) {
+			// A caller may not borrow a computer's network reach that its
+			// own authority lacks.
+			return Errorf(EFORBIDDEN, "this token may not run commands on a computer with egress %q (its ceiling is %q)", comp.Egress.Mode, a.Egress)
 		}
 		for _, ref := range req.Secrets {
 			if !a.CanUseSecret(ref.Name) {

@@ -64,11 +64,11 @@ func TestAdmitRun(t *testing.T) {
 }
 
 func TestPolicy_Validate(t *testing.T) {
-	p := bothy.Policy{Profiles: map[string]string{"strong": "gvisor", "standard": "bwrap"}, EgressAllowPrivate: []string{"10.1.2.3/8"}}
+	p := bothy.Policy{Profiles: map[string]string{"strong": "gvisor", "standard": "bwrap"}, EgressAllowPrivate: []string{"192.168.7.3/16"}}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if pf, _ := p.AllowPrivate(); pf[0].String() != "10.0.0.0/8" {
+	if pf, _ := p.AllowPrivate(); pf[0].String() != "192.168.0.0/16" {
 		t.Errorf("prefix %v, want it masked", pf)
 	}
 	if names := p.ProfileNames(); !reflect.DeepEqual(names, []string{"standard", "strong"}) {
@@ -78,6 +78,9 @@ func TestPolicy_Validate(t *testing.T) {
 		{}, {Profiles: map[string]string{"a/b": "bwrap"}}, {Profiles: map[string]string{"a": ""}},
 		{Profiles: map[string]string{"a": "bwrap"}, Limits: bothy.Limits{ScratchBytes: -1}},
 		{Profiles: map[string]string{"a": "bwrap"}, EgressAllowPrivate: []string{"nope"}},
+		// The lease networks are never reachable through the broker.
+		{Profiles: map[string]string{"a": "bwrap"}, EgressAllowPrivate: []string{"10.0.0.0/8"}},
+		{Profiles: map[string]string{"a": "bwrap"}, EgressAllowPrivate: []string{"10.200.3.0/24"}},
 	} {
 		if err := bad.Validate(); bothy.ErrorCode(err) != bothy.EINVALID {
 			t.Errorf("%+v: %v", bad, err)

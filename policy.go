@@ -45,13 +45,21 @@ func (p *Policy) Validate() error {
 	return err
 }
 
+// LeasePool is the range that lease networks take their addresses from
+// (egress.DefaultPool): the broker never admits it, and a policy may not
+// allow it.
+var LeasePool = netip.MustParsePrefix("10.200.0.0/16")
+
 // AllowPrivate parses EgressAllowPrivate.
 func (p *Policy) AllowPrivate() ([]netip.Prefix, error) {
 	var out []netip.Prefix
 	for _, s := range p.EgressAllowPrivate {
 		pfx, err := netip.ParsePrefix(strings.TrimSpace(s))
 		if err != nil {
-			return nil, Errorf(EINVALID, "policy: egress_allow_private %q is not a CIDR prefix like 10.0.0.0/8", s)
+			return nil, Errorf(EINVALID, "policy: egress_allow_private %q is not a CIDR prefix like 192.168.10.0/24", s)
+		}
+		if pfx.Masked().Overlaps(LeasePool) {
+			return nil, Errorf(EINVALID, "policy: egress_allow_private %s overlaps the lease networks' %s, which no lease may reach", s, LeasePool)
 		}
 		out = append(out, pfx.Masked())
 	}

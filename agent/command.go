@@ -58,6 +58,14 @@ func (l *lease) command(ctx context.Context, cw *runtime.CommandWork) {
 				l.netStart[id] = n
 				l.mu.Unlock()
 			}
+			defer func() {
+				// A run the supervisor refused never ends through end().
+				l.mu.Lock()
+				if _, ok := l.pumps[id]; !ok {
+					delete(l.netStart, id)
+				}
+				l.mu.Unlock()
+			}()
 			st, err := sup.Run(ctx, id, supervisor.RunSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Env: s.Env, Secrets: s.Secrets, SecretFiles: s.SecretFiles, Stdin: s.Stdin, TimeoutMS: s.TimeoutMS, Limits: s.Limits})
 			if err != nil {
 				// The supervisor refused it (a bad cwd, say) or could not
@@ -314,9 +322,10 @@ func (l *lease) end(ctx context.Context, id string, r *runtime.Report) {
 		if l.a.cfg.Egress != nil {
 			r.Exit.Usage.NetworkBytes = max(0, l.netBytes()-netStart)
 		}
-		if diskKilled {
+		if diskKilled && r.Exit.Cancelled {
 			// The watcher cancelled it: it ended by the scratch limit,
-			// not by a caller's cancel.
+			// not by a caller's cancel. (One that ended on its own
+			// before the cancel arrived keeps its own end.)
 			r.Exit.DiskLimited, r.Exit.Cancelled = true, false
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -21,11 +22,15 @@ const (
 // this stops many files from doing so together. While commands run, it
 // measures the writable layer (the overlay's upper directory, all that
 // the lease wrote); when that is over the limit and grew since the last
-// measurement, it cancels every running command and marks it
-// disk_limited. A command that shrinks the layer (rm of what was written)
-// is left alone, so a computer over its limit can be cleaned up.
+// measurement, taken while the same commands ran, it cancels them and
+// marks them disk_limited. A command that shrinks the layer (rm of what
+// was written) is left alone, so a computer over its limit can be
+// cleaned up; the first measurement after the running commands change is
+// a new baseline, so a command is never judged by what an earlier one
+// wrote.
 func (l *lease) watchScratch(ctx context.Context, limit int64) {
 	last := int64(-1)
+	var lastRunning []string
 	period := minScratchPeriod
 	for {
 		if sleep(ctx, period); ctx.Err() != nil {
@@ -38,6 +43,10 @@ func (l *lease) watchScratch(ctx context.Context, limit int64) {
 			running = append(running, id)
 		}
 		l.mu.Unlock()
+		slices.Sort(running)
+		if !slices.Equal(running, lastRunning) {
+			last, lastRunning = -1, running
+		}
 		if state != leaseReady {
 			return
 		} else if len(running) == 0 || ov == nil || sup == nil {

@@ -24,6 +24,8 @@ func (c *Controller) RunCommand(ctx context.Context, tenantID, computerID string
 		return nil, false, bothy.Errorf(bothy.ECONFLICT, "no provider serves profile %q on this server", comp.Profile)
 	} else if err := bothy.AdmitRun(comp, &req); err != nil {
 		return nil, false, err
+	} else if err := c.checkCommandLimits(comp, req.Limits); err != nil {
+		return nil, false, err
 	}
 	cmd := &bothy.Command{
 		ID: newID("cmd_"), TenantID: tenantID, ComputerID: computerID, IdempotencyKey: req.IdempotencyKey,
@@ -58,6 +60,24 @@ func (c *Controller) RunCommand(ctx context.Context, tenantID, computerID string
 	}
 	c.changed()
 	return cmd, true, nil
+}
+
+// checkCommandLimits refuses a command's own limit above its lease's: the
+// lease's limit would bound it anyway, and a CPU quota above the lease's
+// is refused by the kernel.
+func (c *Controller) checkCommandLimits(comp *bothy.Computer, l bothy.Limits) error {
+	lease := c.cfg.Limits
+	lease.ScratchBytes = bothy.ScratchBytes(comp, lease.ScratchBytes)
+	for _, x := range []struct {
+		name      string
+		cmd, most int64
+	}{{"memory_bytes", l.MemoryBytes, lease.MemoryBytes}, {"cpu_millis", l.CPUMillis, lease.CPUMillis},
+		{"pids", l.Pids, lease.Pids}, {"scratch_bytes", l.ScratchBytes, lease.ScratchBytes}} {
+		if x.most > 0 && x.cmd > x.most {
+			return bothy.Errorf(bothy.EINVALID, "the command's limit %s %d is above its lease's, %d", x.name, x.cmd, x.most)
+		}
+	}
+	return nil
 }
 
 // ensureLease starts a lease for the computer unless it has one.

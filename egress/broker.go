@@ -70,6 +70,10 @@ type BrokerOptions struct {
 	// fd00:ec2::254 and the non-loopback addresses of this host are denied
 	// even inside these prefixes.
 	AllowPrivate []netip.Prefix
+	// LeasePools are the ranges of the lease networks (NetworkOptions.Pool;
+	// nil means DefaultPool): always denied, whatever AllowPrivate says,
+	// so that no lease reaches another lease's sandbox through its broker.
+	LeasePools []netip.Prefix
 	// Logger receives denials (Info) and relay failures; nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -110,6 +114,9 @@ func NewBroker(opt BrokerOptions) *Broker {
 	}
 	if b.opt.MaxTunnels <= 0 {
 		b.opt.MaxTunnels = DefaultMaxTunnels
+	}
+	if len(b.opt.LeasePools) == 0 {
+		b.opt.LeasePools = []netip.Prefix{DefaultPool}
 	}
 	b.opt.AllowPrivate = append([]netip.Prefix(nil), opt.AllowPrivate...)
 	for i, p := range b.opt.AllowPrivate {

@@ -321,6 +321,19 @@ func TestBroker_Serve_Denied(t *testing.T) {
 		_, status, body = connect(t, env.proxy, "[fd00:ec2::254]:80")
 		wantDenied(t, status, body, 403, "the cloud metadata address")
 	})
+	t.Run("LeaseNetworks", func(t *testing.T) {
+		// An operator's AllowPrivate that covers the lease networks does
+		// not open another lease's sandbox: the pools are always denied.
+		wide := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+		pool := netip.MustParsePrefix("10.252.0.0/16")
+		env := startBroker(t, egress.BrokerOptions{AllowPrivate: wide, LeasePools: []netip.Prefix{egress.DefaultPool, pool}},
+			bothy.EgressPolicy{Mode: bothy.EgressAll})
+		env.res.set("sandbox.test", "10.252.0.6")
+		for _, dest := range []string{"10.200.0.6:9000", "10.252.0.6:9000", "sandbox.test:9000"} {
+			_, status, body := connect(t, env.proxy, dest)
+			wantDenied(t, status, body, 403, "an address of the lease networks")
+		}
+	})
 	t.Run("AddressClasses", func(t *testing.T) {
 		env := startBroker(t, egress.BrokerOptions{}, bothy.EgressPolicy{Mode: bothy.EgressAll})
 		for dest, why := range map[string]string{

@@ -37,7 +37,7 @@ const (
 )
 
 // DefaultPool is the IPv4 range from which Setup hands out /30 networks.
-var DefaultPool = netip.MustParsePrefix("10.200.0.0/16")
+var DefaultPool = bothy.LeasePool
 
 // NetworkOptions configures Setup and Teardown. Every process that sets up
 // networks on a host must use the same StateDir and Pool, because the /30s

@@ -73,6 +73,11 @@ func (b *Broker) checkAddr(a netip.Addr) string {
 	} else if !a.IsLoopback() && b.local.has(a) {
 		return "an address of this host"
 	}
+	for _, p := range b.opt.LeasePools {
+		if p.Contains(a) {
+			return "an address of the lease networks"
+		}
+	}
 	for _, p := range b.opt.AllowPrivate {
 		if p.Contains(a) {
 			return ""

@@ -135,7 +135,12 @@ func TestAuthority_EgressAndBudget(t *testing.T) {
 	if comp.Authority.Budget.WallSeconds != 5 || comp.Authority.Egress != bothy.EgressAllowlist {
 		t.Fatalf("authority snapshot %+v", comp.Authority)
 	}
-	cmd, err := plain.RunCommand(t.Context(), comp.ID, bothy.RunRequest{Argv: []string{"true"}, TimeoutMS: 60000})
+	// A caller whose egress ceiling is below the computer's cannot run
+	// on it: it would borrow the computer's network reach.
+	if _, err := plain.RunCommand(t.Context(), comp.ID, bothy.RunRequest{Argv: []string{"true"}}); bothy.ErrorCode(err) != bothy.EFORBIDDEN {
+		t.Errorf("run on an allowlist computer with an egress-none token: %v, want forbidden", err)
+	}
+	cmd, err := all.RunCommand(t.Context(), comp.ID, bothy.RunRequest{Argv: []string{"true"}, TimeoutMS: 60000})
 	if err != nil {
 		t.Fatal(err)
 	} else if cmd.TimeoutMS != 5000 {
@@ -151,7 +156,7 @@ func TestAuthority_EgressAndBudget(t *testing.T) {
 		bothy.CommandUpdate{Generation: lease.Generation, ExitCode: new(int), Usage: &spent}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plain.RunCommand(t.Context(), comp.ID, bothy.RunRequest{Argv: []string{"true"}}); bothy.ErrorCode(err) != bothy.EFORBIDDEN {
+	if _, err := all.RunCommand(t.Context(), comp.ID, bothy.RunRequest{Argv: []string{"true"}}); bothy.ErrorCode(err) != bothy.EFORBIDDEN {
 		t.Errorf("run after the CPU budget was spent: %v, want %q", err, bothy.EFORBIDDEN)
 	}
 	// Budget and egress scopes are validated like the others.
