@@ -241,6 +241,18 @@ func TestSetup(t *testing.T) {
 		wantUnreachable(t, n.Path, addrs...)
 	})
 	t.Run("DirectEgressFails", func(t *testing.T) {
+		// With forwarding off (this host's default) the kernel would drop
+		// it anyway: turn it on for the test, so that the nftables
+		// forward rules are what refuses it.
+		const sysctl = "/proc/sys/net/ipv4/ip_forward"
+		was, err := os.ReadFile(sysctl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(sysctl, []byte("1"), 0); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.WriteFile(sysctl, was, 0) })
 		wantUnreachable(t, n.Path, origin.String())
 	})
 	t.Run("NoUDP", func(t *testing.T) {
