@@ -98,4 +98,9 @@ type ComputerService interface {
 	// SetComputerState sets the state, or returns ENOTFOUND. An unknown
 	// state is EINVALID.
 	SetComputerState(ctx context.Context, tenantID, id, state string) error
+	// AddComputerUsage adds u to the computer's usage totals, as a
+	// command's end does (the peak is the larger): for work no command was
+	// charged for, such as background processes that outlived their
+	// command. A missing computer is ENOTFOUND.
+	AddComputerUsage(ctx context.Context, tenantID, id string, u Usage) error
 }

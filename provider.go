@@ -98,6 +98,16 @@ type CommandLimiter interface {
 	LimitsCommands() bool
 }
 
+// LeaseMeter is a Provider that can tell what a lease's sandbox consumed
+// since Start, all its processes together: the commands', those they left
+// running, and the sandbox's own.
+type LeaseMeter interface {
+	Provider
+	// LeaseUsage returns the CPU time (CPUMicros) and the peak memory
+	// (PeakMemoryBytes) of the sandbox so far; it is called before Stop.
+	LeaseUsage(ctx context.Context, h *SandboxHandle) (Usage, error)
+}
+
 // Limits are a lease's resource limits. Zero means the provider's default,
 // which may be unlimited.
 type Limits struct {

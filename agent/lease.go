@@ -471,8 +471,16 @@ func (l *lease) teardown(ctx context.Context, disposition, reason string, keep b
 	if err := supervisor.WaitGone(ctx, filepath.Join(l.dir, "sup"), 30*time.Second); err != nil {
 		residue.Other = append(residue.Other, "supervisor: "+err.Error())
 	}
+	var usage *bothy.Usage
 	if h != nil {
 		if prov := l.a.cfg.Providers[l.rec.Provider]; prov != nil {
+			if m, ok := prov.(bothy.LeaseMeter); ok {
+				if u, err := m.LeaseUsage(ctx, h); err == nil {
+					usage = &u
+				} else {
+					l.a.log.Warn("lease usage", "lease", l.rec.LeaseID, "err", err)
+				}
+			}
 			r, err := prov.Stop(ctx, h)
 			if r != nil {
 				r.Other = append(r.Other, residue.Other...)
@@ -509,7 +517,7 @@ func (l *lease) teardown(ctx context.Context, disposition, reason string, keep b
 	l.mu.Lock()
 	l.state = leaseGone
 	l.mu.Unlock()
-	if err := l.a.cfg.Control.Released(ctx, l.cred(), &runtime.ReleaseRequest{Disposition: disposition, Residue: ev, Error: reason}); err != nil {
+	if err := l.a.cfg.Control.Released(ctx, l.cred(), &runtime.ReleaseRequest{Disposition: disposition, Residue: ev, Error: reason, Usage: usage}); err != nil {
 		l.a.log.Warn("report lease released", "lease", l.rec.LeaseID, "err", err)
 	}
 	l.a.forget(l.rec.LeaseID)

@@ -253,3 +253,23 @@ var _ bothy.CommandLimiter = (*Provider)(nil)
 // LimitsCommands reports true: each command has its own memory, pids and
 // cpu cgroups when it asks for limits (commandCgroups.create).
 func (p *Provider) LimitsCommands() bool { return true }
+
+var _ bothy.LeaseMeter = (*Provider)(nil)
+
+// LeaseUsage returns the CPU time and peak memory of every process the
+// lease's sandbox ran, from its cpuacct and memory cgroups, which hold
+// its commands' as children.
+func (p *Provider) LeaseUsage(ctx context.Context, h *bothy.SandboxHandle) (bothy.Usage, error) {
+	st, err := decodeState(h)
+	if err != nil {
+		return bothy.Usage{}, err
+	}
+	var u bothy.Usage
+	if dir := st.Cgroups.V1["cpuacct"]; dir != "" {
+		u.CPUMicros = cgroupfs.ReadInt(filepath.Join(dir, "cpuacct.usage")) / 1000
+	}
+	if dir := st.Cgroups.V1["memory"]; dir != "" {
+		u.PeakMemoryBytes = cgroupfs.ReadInt(filepath.Join(dir, "memory.max_usage_in_bytes"))
+	}
+	return u, nil
+}

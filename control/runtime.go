@@ -383,6 +383,9 @@ func (c *Controller) Released(ctx context.Context, cred string, req *runtime.Rel
 			return err
 		}
 		// Released already: the answer to an earlier report was lost.
+	} else if req.Usage != nil {
+		// Only the report that released the lease charges it, once.
+		c.chargeUnattributed(ctx, cl.TenantID, cl.ComputerID, cl.LeaseID, *req.Usage)
 	}
 	c.released(ctx, cl.TenantID, cl.LeaseID)
 	c.log.Info("lease released", "lease", cl.LeaseID, "computer", cl.ComputerID, "disposition", req.Disposition, "error", req.Error)
@@ -398,6 +401,29 @@ func (c *Controller) Released(ctx context.Context, cred string, req *runtime.Rel
 		}
 	}
 	return c.afterRelease(ctx, cl.TenantID, cl.ComputerID, cl.LeaseID, cl.Generation)
+}
+
+// chargeUnattributed charges the computer with what its lease's sandbox
+// consumed beyond its commands' usage: processes that outlived their
+// command, which no command's usage shows, and would otherwise escape the
+// CPU budget.
+func (c *Controller) chargeUnattributed(ctx context.Context, tenantID, computerID, leaseID string, total bothy.Usage) {
+	l := &bothy.Lease{ID: leaseID, TenantID: tenantID, ComputerID: computerID}
+	charged, err := c.leaseUsage(ctx, l)
+	if err != nil {
+		c.log.Warn("lease usage", "lease", leaseID, "err", err)
+		return
+	}
+	extra := bothy.Usage{CPUMicros: total.CPUMicros - charged.CPUMicros, PeakMemoryBytes: total.PeakMemoryBytes}
+	if extra.CPUMicros <= 0 && extra.PeakMemoryBytes <= charged.PeakMemoryBytes {
+		return
+	}
+	extra.CPUMicros = max(0, extra.CPUMicros)
+	if err := c.store.AddComputerUsage(ctx, tenantID, computerID, extra); err != nil {
+		c.log.Warn("charge the lease's unattributed usage", "lease", leaseID, "err", err)
+		return
+	}
+	c.log.Info("lease usage beyond its commands'", "lease", leaseID, "cpu_us", extra.CPUMicros)
 }
 
 // afterRelease settles what a released lease leaves: its unfinished

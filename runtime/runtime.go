@@ -181,6 +181,10 @@ type ReleaseRequest struct {
 	Disposition string `json:"disposition"` // a bothy.Lease* disposition
 	Residue     string `json:"residue"`     // JSON bothy.Residue, "" if none
 	Error       string `json:"error,omitempty"`
+	// Usage is what the lease's sandbox consumed in all (a provider's
+	// bothy.LeaseMeter), when the provider can tell: the control plane
+	// charges the computer what its commands were not charged.
+	Usage *bothy.Usage `json:"usage,omitempty"`
 }
 
 // CommitRequest commits a checkpoint of the lease's workspace as the next

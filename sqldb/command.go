@@ -400,12 +400,8 @@ func (s *DB) TransitionCommand(ctx context.Context, tenantID, id string, from []
 			if u.Usage != nil {
 				us = *u.Usage
 			}
-			if _, err := tx.ExecContext(ctx, s.q(`UPDATE computers SET used_cpu_us = used_cpu_us + ?,
-				used_peak_memory_bytes = CASE WHEN used_peak_memory_bytes < ? THEN ? ELSE used_peak_memory_bytes END,
-				used_memory_byte_seconds = used_memory_byte_seconds + ?, used_bytes_written = used_bytes_written + ?,
-				used_network_bytes = used_network_bytes + ?, used_wall_millis = used_wall_millis + ?
-				WHERE tenant_id = ? AND id = ?`), us.CPUMicros, us.PeakMemoryBytes, us.PeakMemoryBytes, us.MemoryByteSeconds,
-				us.BytesWritten, us.NetworkBytes, u.DurationMS, tenantID, cur.ComputerID); err != nil {
+			us.WallMillis = u.DurationMS
+			if _, err := s.addUsage(ctx, tx, tenantID, cur.ComputerID, us); err != nil {
 				return err
 			}
 		}

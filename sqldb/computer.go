@@ -169,3 +169,35 @@ func (s *DB) SetComputerState(ctx context.Context, tenantID, id, state string) e
 	}
 	return nil
 }
+
+// AddComputerUsage adds u to the computer's usage totals. See
+// bothy.ComputerService.
+func (s *DB) AddComputerUsage(ctx context.Context, tenantID, id string, u bothy.Usage) error {
+	n, err := s.addUsage(ctx, s.db, tenantID, id, u)
+	if err != nil {
+		return fmt.Errorf("add computer usage: %w", err)
+	} else if n == 0 {
+		return fmt.Errorf("add computer usage: %w", bothy.Errorf(bothy.ENOTFOUND, "computer %q not found", id))
+	}
+	return nil
+}
+
+// execer is a *sql.DB or *sql.Tx.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// addUsage adds u to a computer's running totals (the peak is the larger)
+// and returns how many rows it changed.
+func (s *DB) addUsage(ctx context.Context, e execer, tenantID, id string, u bothy.Usage) (int64, error) {
+	res, err := e.ExecContext(ctx, s.q(`UPDATE computers SET used_cpu_us = used_cpu_us + ?,
+		used_peak_memory_bytes = CASE WHEN used_peak_memory_bytes < ? THEN ? ELSE used_peak_memory_bytes END,
+		used_memory_byte_seconds = used_memory_byte_seconds + ?, used_bytes_written = used_bytes_written + ?,
+		used_network_bytes = used_network_bytes + ?, used_wall_millis = used_wall_millis + ?
+		WHERE tenant_id = ? AND id = ?`), u.CPUMicros, u.PeakMemoryBytes, u.PeakMemoryBytes, u.MemoryByteSeconds,
+		u.BytesWritten, u.NetworkBytes, u.WallMillis, tenantID, id)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

@@ -62,6 +62,24 @@ func testComputers(t *testing.T, open opener) {
 		wantCode(t, err, bothy.EINVALID)
 	})
 
+	run(t, "AddComputerUsage", func(t *testing.T) {
+		s := open(t)
+		mustCreateTenant(t, s, "acme")
+		mustCreateTenant(t, s, "other")
+		mustCreateComputer(t, s, "acme", &bothy.Computer{ID: "c1"})
+		for _, u := range []bothy.Usage{{CPUMicros: 5, PeakMemoryBytes: 100, NetworkBytes: 1}, {CPUMicros: 7, PeakMemoryBytes: 50, WallMillis: 3}} {
+			if err := s.AddComputerUsage(t.Context(), "acme", "c1", u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := bothy.Usage{CPUMicros: 12, PeakMemoryBytes: 100, NetworkBytes: 1, WallMillis: 3}
+		if got := mustFindComputer(t, s, "acme", "c1").Usage; got != want {
+			t.Errorf("usage %+v, want %+v", got, want)
+		}
+		wantCode(t, s.AddComputerUsage(t.Context(), "acme", "nope", bothy.Usage{CPUMicros: 1}), bothy.ENOTFOUND)
+		wantCode(t, s.AddComputerUsage(t.Context(), "other", "c1", bothy.Usage{CPUMicros: 1}), bothy.ENOTFOUND)
+	})
+
 	run(t, "CreateComputer/ErrConflict", func(t *testing.T) {
 		s := open(t)
 		mustCreateTenant(t, s, "acme")

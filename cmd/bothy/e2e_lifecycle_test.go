@@ -425,3 +425,33 @@ func TestE2E_Exhaustion(t *testing.T) {
 	destroyAll(t, a, data)
 	s.stop(t)
 }
+
+// TestE2E_BackgroundMetered: CPU spent by a process that outlives its
+// command shows in no command's usage, but the computer is charged for it
+// when the lease ends (bwrap's LeaseUsage, less what its commands were
+// charged), so that its CPU budget counts it.
+func TestE2E_BackgroundMetered(t *testing.T) {
+	needSandbox(t)
+	data := t.TempDir()
+	s := startServe(t, data)
+	a := newAPI(t, s, serverToken(t, s, data))
+	c := a.create("background")
+	cmd := a.run(c.ID, bothy.RunRequest{Script: "(timeout 2 sh -c 'while :; do :; done') >/dev/null 2>&1 & echo started", Wait: true})
+	if cmd.State != bothy.CommandCompleted || cmd.Usage.CPUMicros > 500_000 {
+		t.Fatalf("command %s usage %+v: want it to end at once, having used little", cmd.State, cmd.Usage)
+	}
+	time.Sleep(2500 * time.Millisecond) // the loop runs out its 2 s
+	before := a.computer(c.ID).Usage.CPUMicros
+	a.must("POST", "/v1/computers/"+c.ID+"/stop", nil, nil)
+	after := a.computer(c.ID).Usage.CPUMicros
+	if before != cmd.Usage.CPUMicros {
+		t.Errorf("before the stop the computer shows %d µs, want its command's %d", before, cmd.Usage.CPUMicros)
+	}
+	// Two seconds of a busy loop on a shared 2-CPU host: at least a
+	// quarter of that, whatever else ran.
+	if after-before < 500_000 {
+		t.Errorf("the lease's end charged %d µs for a 2 s background loop (computer %d, command %d)", after-before, after, cmd.Usage.CPUMicros)
+	}
+	destroyAll(t, a, data)
+	s.stop(t)
+}
