@@ -297,3 +297,19 @@ func newTag() int {
 	rand.Read(b[:])
 	return tagBase + int(binary.BigEndian.Uint32(b[:])&(1<<24-1))
 }
+
+var _ bothy.LeaseMeter = (*Provider)(nil)
+
+// LeaseUsage returns the sandbox's CPU time since Start (its cpuacct
+// cgroup: every process of the sandbox and the sentry's own work) and the
+// peak memory since the last command started (each command resets it).
+func (p *Provider) LeaseUsage(ctx context.Context, h *bothy.SandboxHandle) (bothy.Usage, error) {
+	st, err := decodeState(h)
+	if err != nil {
+		return bothy.Usage{}, err
+	}
+	return bothy.Usage{
+		CPUMicros:       cgroupfs.ReadInt(filepath.Join(p.cgroupDir("cpuacct", st), "cpuacct.usage")) / 1000,
+		PeakMemoryBytes: cgroupfs.ReadInt(filepath.Join(p.cgroupDir("memory", st), "memory.max_usage_in_bytes")),
+	}, nil
+}

@@ -68,6 +68,7 @@ func TestProvider(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 	t.Run("Recover", func(t *testing.T) { testRecover(t, newProvider) })
 	t.Run("Validate", func(t *testing.T) { testValidate(t, newProvider) })
 	t.Run("Usage", func(t *testing.T) { testUsage(t, newProvider) })
+	t.Run("LeaseMeter", func(t *testing.T) { testLeaseMeter(t, newProvider) })
 	t.Run("Scratch", func(t *testing.T) { testScratch(t, newProvider) })
 	t.Run("NetNS", func(t *testing.T) { testNetNS(t, newProvider) })
 	t.Run("CommandLimits", func(t *testing.T) { testCommandLimits(t, newProvider) })

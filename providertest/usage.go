@@ -71,6 +71,38 @@ func testUsage(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 	})
 }
 
+// testLeaseMeter checks a bothy.LeaseMeter: CPU spent by a process that
+// outlives its command shows in the lease's usage, not the command's.
+func testLeaseMeter(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
+	p := newProvider(t)
+	m, ok := p.(bothy.LeaseMeter)
+	if !ok {
+		t.Logf("the provider is no LeaseMeter: nothing to check")
+		return
+	}
+	h, _ := Start(t, p, bothy.LeaseSpec{})
+	before, err := m.LeaseUsage(t.Context(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _, errOut := Exec(t, p, h, bothy.ExecSpec{Script: "command -v perl >/dev/null || exit 77; (perl -e 'alarm 1; 1 while 1' &); echo started"})
+	if res.ExitCode == 77 {
+		t.Skip("no perl")
+	}
+	wantExit(t, res, 0)
+	time.Sleep(1500 * time.Millisecond) // the loop runs out its second
+	after, err := m.LeaseUsage(t.Context(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	beyond := after.CPUMicros - before.CPUMicros - res.Usage.CPUMicros
+	t.Logf("lease CPU %d → %d µs, the command's %d µs (stderr %q)", before.CPUMicros, after.CPUMicros, res.Usage.CPUMicros, errOut)
+	// A second of a busy loop, on a shared host: at least a fifth of it.
+	if beyond < 200_000 {
+		t.Fatalf("the lease's usage shows %d µs beyond its command's for a 1 s background loop", beyond)
+	}
+}
+
 // hostCPU returns the CPU time, user and system, of a perl program run on
 // the host, or skips the test without perl.
 func hostCPU(t *testing.T, program string) time.Duration {
