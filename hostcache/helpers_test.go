@@ -25,13 +25,27 @@ import (
 
 const tenant = "t1"
 
+// TestMain runs the tests with a temporary directory of their own (every
+// t.TempDir is under it) and fails if an overlay is left mounted there.
+// Only that directory is looked at: other packages' tests, which may run
+// at the same time, mount overlays elsewhere.
 func TestMain(m *testing.M) {
-	before, _ := hostcache.OverlayMounts("/")
+	root, err := os.MkdirTemp("", "hostcache-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	// Tests run commands as other uids in trees under it (t.TempDir's
+	// own directories are 0700 as before; only the root is opened).
+	os.Chmod(root, 0o755)
+	os.Setenv("TMPDIR", root)
 	code := m.Run()
-	after, _ := hostcache.OverlayMounts("/")
-	if left := len(after) - len(before); left > 0 && code == 0 {
-		fmt.Fprintf(os.Stderr, "tests left %d overlay mounts behind: %v\n", left, after)
+	if left, _ := hostcache.OverlayMounts(root); len(left) > 0 && code == 0 {
+		fmt.Fprintf(os.Stderr, "tests left %d overlay mounts behind: %v\n", len(left), left)
 		code = 1
+	}
+	if code == 0 {
+		os.RemoveAll(root)
 	}
 	os.Exit(code)
 }
