@@ -97,6 +97,11 @@ type state struct {
 	Complete bool    `json:"complete"` // Setup finished
 }
 
+// Names returns the names of a lease's network namespace and of the host
+// side of its veth (whose nftables chain is lease_HOSTIF), for tests and
+// diagnostics.
+func Names(leaseID string) (netns, hostIf string) { return names(leaseID) }
+
 // names derives the names of a lease's namespace and host interface.
 func names(leaseID string) (netns, hostIf string) {
 	sum := sha256.Sum256([]byte(leaseID))

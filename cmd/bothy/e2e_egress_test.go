@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/egress"
 )
 
 // TestE2E_Egress runs the real server with bwrap and the egress broker.
@@ -95,12 +96,29 @@ for a in %s 127.0.0.1; do curl -sS -m 3 --noproxy '*' http://$a:%s/ && echo REAC
 	if c.Usage.NetworkBytes == 0 {
 		t.Errorf("the computer's usage shows no network bytes: %+v", c.Usage)
 	}
-	destroyAll(t, a, data)
-	if out, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(out), "bothy-") {
-		t.Errorf("network namespaces left: %s", out)
+	var list struct{ Commands []*bothy.Command }
+	a.must("GET", "/v1/computers/"+allow.ID+"/commands?limit=1000", nil, &list)
+	leases := map[string]bool{}
+	for _, cmd := range list.Commands {
+		leases[cmd.LeaseID] = cmd.LeaseID != ""
 	}
-	if out, _ := exec.Command("nft", "list", "table", "inet", "bothy").Output(); strings.Contains(string(out), "chain lease_") {
-		t.Errorf("nftables lease chains left:\n%s", out)
+	destroyAll(t, a, data)
+	// Only this test's leases: the egress package's tests, which may run
+	// at the same time, make networks of their own.
+	netns, _ := exec.Command("ip", "netns", "list").Output()
+	rules, _ := exec.Command("nft", "list", "table", "inet", "bothy").Output()
+	links, _ := exec.Command("ip", "-o", "link").Output()
+	for id, ok := range leases {
+		if !ok {
+			continue
+		}
+		ns, hostIf := egress.Names(id)
+		if strings.Contains(string(netns), ns) || strings.Contains(string(rules), "lease_"+hostIf) || strings.Contains(string(links), hostIf) {
+			t.Errorf("lease %s left its network: namespace %s or interface/chain %s", id, ns, hostIf)
+		}
+	}
+	if len(leases) == 0 {
+		t.Error("no lease ran the allowlist computer's commands")
 	}
 	s.stop(t)
 }
