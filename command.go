@@ -209,6 +209,7 @@ func validateEnvName(name string) error {
 // CommandFilter selects commands of one tenant. Empty fields match all.
 type CommandFilter struct {
 	ComputerID    string
+	LeaseID       string // commands dispatched to this lease
 	State         string
 	Offset, Limit int // Limit 0 means 100
 }

@@ -27,10 +27,21 @@ func (c *Controller) transition(ctx context.Context, tenantID, id string, from [
 }
 
 // released issues the receipt of a lease that was just released.
-func (c *Controller) released(ctx context.Context, tenantID, leaseID string) {
+//
+// total, if set, is what the lease's sandbox consumed in all, as its
+// runtime reported with the release: the computer is charged what its
+// commands were not (chargeUnattributed).
+func (c *Controller) released(ctx context.Context, tenantID, leaseID string, total *bothy.Usage) {
 	l, err := c.store.FindLease(ctx, tenantID, leaseID)
+	var use bothy.Usage
 	if err == nil {
-		_, err = c.issueLease(ctx, l)
+		use, err = c.leaseUsage(ctx, l)
+	}
+	if err == nil && total != nil {
+		c.chargeUnattributed(ctx, l, use, *total)
+	}
+	if err == nil {
+		_, err = c.issueLease(ctx, l, &use)
 	}
 	if err != nil {
 		c.log.Warn("issue lease receipt", "lease", leaseID, "err", err)
@@ -65,7 +76,7 @@ func (c *Controller) LeaseReceipt(ctx context.Context, tenantID, leaseID string)
 	} else if l.ReleasedAt.IsZero() {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "lease %q is held: it has a receipt once it is released", leaseID)
 	}
-	return c.issueLease(ctx, l)
+	return c.issueLease(ctx, l, nil)
 }
 
 // issueCommand signs and stores the receipt of an ended command.
@@ -104,8 +115,9 @@ func (c *Controller) issueCommand(ctx context.Context, cmd *bothy.Command) (*bot
 	return c.save(ctx, b)
 }
 
-// issueLease signs and stores the receipt of a released lease.
-func (c *Controller) issueLease(ctx context.Context, l *bothy.Lease) (*bothy.Receipt, error) {
+// issueLease signs and stores the receipt of a released lease; use is the
+// total of its commands' usage, or nil to read it.
+func (c *Controller) issueLease(ctx context.Context, l *bothy.Lease, use *bothy.Usage) (*bothy.Receipt, error) {
 	comp, err := c.store.FindComputer(ctx, l.TenantID, l.ComputerID)
 	if err != nil {
 		return nil, err
@@ -124,11 +136,14 @@ func (c *Controller) issueLease(ctx context.Context, l *bothy.Lease) (*bothy.Rec
 	}
 	b.CreatedAt, b.StartedAt, b.FinishedAt = l.ReservedAt, l.StartedAt, l.ReleasedAt
 	b.Usage.DurationMS = l.ReleasedAt.Sub(l.ReservedAt).Milliseconds()
-	use, err := c.leaseUsage(ctx, l)
-	if err != nil {
-		return nil, err
+	if use == nil {
+		u, err := c.leaseUsage(ctx, l)
+		if err != nil {
+			return nil, err
+		}
+		use = &u
 	}
-	b.Usage.SetUsage(use)
+	b.Usage.SetUsage(*use)
 	return c.save(ctx, b)
 }
 
@@ -136,14 +151,12 @@ func (c *Controller) issueLease(ctx context.Context, l *bothy.Lease) (*bothy.Rec
 func (c *Controller) leaseUsage(ctx context.Context, l *bothy.Lease) (bothy.Usage, error) {
 	var total bothy.Usage
 	for off := 0; ; off += 1000 {
-		cmds, err := c.store.ListCommands(ctx, l.TenantID, bothy.CommandFilter{ComputerID: l.ComputerID, Offset: off, Limit: 1000})
+		cmds, err := c.store.ListCommands(ctx, l.TenantID, bothy.CommandFilter{ComputerID: l.ComputerID, LeaseID: l.ID, Offset: off, Limit: 1000})
 		if err != nil {
 			return total, err
 		}
 		for _, cmd := range cmds {
-			if cmd.LeaseID == l.ID {
-				total.Add(cmd.Usage)
-			}
+			total.Add(cmd.Usage)
 		}
 		if len(cmds) < 1000 {
 			return total, nil

@@ -374,6 +374,7 @@ func (c *Controller) Released(ctx context.Context, cred string, req *runtime.Rel
 	if !bothy.ValidDisposition(req.Disposition) {
 		return bothy.Errorf(bothy.EINVALID, "unknown disposition %q", req.Disposition)
 	}
+	usage := req.Usage
 	if err := c.store.ReleaseLease(ctx, cl.TenantID, cl.LeaseID, cl.Generation, req.Disposition, req.Residue); err != nil {
 		if bothy.ErrorCode(err) != bothy.ECONFLICT {
 			return err
@@ -383,11 +384,10 @@ func (c *Controller) Released(ctx context.Context, cred string, req *runtime.Rel
 			return err
 		}
 		// Released already: the answer to an earlier report was lost.
-	} else if req.Usage != nil {
-		// Only the report that released the lease charges it, once.
-		c.chargeUnattributed(ctx, cl.TenantID, cl.ComputerID, cl.LeaseID, *req.Usage)
+		// Only the report that released the lease charges its usage.
+		usage = nil
 	}
-	c.released(ctx, cl.TenantID, cl.LeaseID)
+	c.released(ctx, cl.TenantID, cl.LeaseID, usage)
 	c.log.Info("lease released", "lease", cl.LeaseID, "computer", cl.ComputerID, "disposition", req.Disposition, "error", req.Error)
 	if req.Disposition == bothy.LeaseFailed {
 		// The sandbox never became ready: the commands waiting for it fail
@@ -407,13 +407,8 @@ func (c *Controller) Released(ctx context.Context, cred string, req *runtime.Rel
 // consumed beyond its commands' usage: processes that outlived their
 // command, which no command's usage shows, and would otherwise escape the
 // CPU budget.
-func (c *Controller) chargeUnattributed(ctx context.Context, tenantID, computerID, leaseID string, total bothy.Usage) {
-	l := &bothy.Lease{ID: leaseID, TenantID: tenantID, ComputerID: computerID}
-	charged, err := c.leaseUsage(ctx, l)
-	if err != nil {
-		c.log.Warn("lease usage", "lease", leaseID, "err", err)
-		return
-	}
+func (c *Controller) chargeUnattributed(ctx context.Context, l *bothy.Lease, charged, total bothy.Usage) {
+	tenantID, computerID, leaseID := l.TenantID, l.ComputerID, l.ID
 	extra := bothy.Usage{CPUMicros: total.CPUMicros - charged.CPUMicros, PeakMemoryBytes: total.PeakMemoryBytes}
 	if extra.CPUMicros <= 0 && extra.PeakMemoryBytes <= charged.PeakMemoryBytes {
 		return

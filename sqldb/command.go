@@ -217,6 +217,9 @@ func (s *DB) ListCommands(ctx context.Context, tenantID string, f bothy.CommandF
 	if f.State != "" {
 		where, args = append(where, "state = ?"), append(args, f.State)
 	}
+	if f.LeaseID != "" {
+		where, args = append(where, "lease_id = ?"), append(args, f.LeaseID)
+	}
 	args = append(args, limit, offset)
 	rows, err := s.db.QueryContext(ctx, s.q(`SELECT `+commandColumns+` FROM commands WHERE `+
 		strings.Join(where, " AND ")+` ORDER BY created_at, id LIMIT ? OFFSET ?`), args...)

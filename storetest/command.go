@@ -330,6 +330,7 @@ func testCommands(t *testing.T, open opener) {
 			{"computer", bothy.CommandFilter{ComputerID: "c1"}, []string{"b", "c", "d"}},
 			{"state", bothy.CommandFilter{State: bothy.CommandAdmitted}, []string{"b", "a", "d"}},
 			{"both", bothy.CommandFilter{ComputerID: "c1", State: bothy.CommandDispatched}, []string{"c"}},
+			{"lease", bothy.CommandFilter{ComputerID: "c1", LeaseID: "l1"}, []string{"c"}},
 			{"page", bothy.CommandFilter{Offset: 1, Limit: 2}, []string{"a", "c"}},
 		} {
 			cs, err := s.ListCommands(t.Context(), "acme", tt.f)
