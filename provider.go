@@ -98,6 +98,15 @@ type CommandLimiter interface {
 	LimitsCommands() bool
 }
 
+// SecretFiler is a Provider that gives commands their secret files
+// (ExecSpec.SecretFiles); a provider that is not one refuses a spec with
+// them (EINVALID).
+type SecretFiler interface {
+	Provider
+	// GivesSecretFiles reports whether this provider, as configured, can.
+	GivesSecretFiles() bool
+}
+
 // LeaseMeter is a Provider that can tell what a lease's sandbox consumed
 // since Start, all its processes together: the commands', those they left
 // running, and the sandbox's own.
@@ -191,8 +200,8 @@ type ExecSpec struct {
 	// SecretFiles are secrets given as files: each key is an environment
 	// variable that is set to the path of a file holding the value
 	// (/dev/fd/N, a sealed memory file), which only the command's
-	// processes can open. It is never written to disk. A provider that
-	// cannot pass such files refuses a spec with them (EINVALID).
+	// processes can open. It is never written to disk. A provider that is
+	// no SecretFiler refuses a spec with them (EINVALID).
 	SecretFiles map[string]string
 	// Limits are the command's own limits, within the lease's: MemoryBytes,
 	// Pids and CPUMillis bound the command's processes together (its

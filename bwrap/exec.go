@@ -273,3 +273,9 @@ func (p *Provider) LeaseUsage(ctx context.Context, h *bothy.SandboxHandle) (both
 	}
 	return u, nil
 }
+
+var _ bothy.SecretFiler = (*Provider)(nil)
+
+// GivesSecretFiles reports true: secret files are memory files the enter
+// program passes on (process.SecretFiles).
+func (p *Provider) GivesSecretFiles() bool { return true }

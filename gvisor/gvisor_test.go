@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
-	"github.com/bothyhq/bothy/cgroupfs"
 	"github.com/bothyhq/bothy/gvisor"
 	"github.com/bothyhq/bothy/providertest"
 )
@@ -327,29 +326,4 @@ func TestProvider_ProgramNotFound(t *testing.T) {
 			t.Errorf("%+v: result %+v stderr %q, want exit 127 and a reason", spec, res, errOut)
 		}
 	}
-}
-
-func TestProvider_Usage(t *testing.T) {
-	p := newProvider(t)
-	h, _ := providertest.Start(t, p, bothy.LeaseSpec{})
-	var st struct{ Cgroup string }
-	if err := json.Unmarshal(h.State, &st); err != nil || st.Cgroup == "" {
-		t.Fatalf("state %s: %v", h.State, err)
-	}
-
-	// The suite checks the peak memory (AllocScript).
-	t.Run("CPUMatchesCgroup", func(t *testing.T) {
-		// The counters are the sandbox's: its sentry's work for the
-		// command counts too.
-		usage := filepath.Join("/sys/fs/cgroup/cpuacct", st.Cgroup, "cpuacct.usage")
-		before := cgroupfs.ReadInt(usage)
-		res, _, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Script: providertest.BusyScript})
-		delta := (cgroupfs.ReadInt(usage) - before) / 1000
-		if res.ExitCode != 0 || delta < 100000 {
-			t.Fatalf("result %+v, cgroup CPU time %d µs", res, delta)
-		}
-		if d := res.Usage.CPUMicros - delta; d > delta/5 || d < -delta/5 {
-			t.Fatalf("CPUMicros %d, the sandbox's cgroup says %d µs", res.Usage.CPUMicros, delta)
-		}
-	})
 }

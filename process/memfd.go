@@ -8,6 +8,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bothyhq/bothy"
 )
 
 // SecretFiles makes one sealed memory file (memfd) per entry of files,
@@ -52,3 +54,8 @@ func closeAll(files []*os.File) {
 		f.Close()
 	}
 }
+
+var _ bothy.SecretFiler = (*Provider)(nil)
+
+// GivesSecretFiles reports true: the command inherits the memory files.
+func (p *Provider) GivesSecretFiles() bool { return true }

@@ -71,8 +71,12 @@ func testUsage(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 	})
 }
 
-// testLeaseMeter checks a bothy.LeaseMeter: CPU spent by a process that
-// outlives its command shows in the lease's usage, not the command's.
+// testLeaseMeter checks a bothy.LeaseMeter, whose figures are the cgroup
+// accounting of the sandbox: a CPU-bound command's CPUMicros is within
+// 20% of what the lease's accounting grew by while it ran (the sandbox's
+// own work, such as gVisor's sentry, counts there too), and CPU spent by
+// a process that outlives its command shows in the lease's usage, not
+// the command's.
 func testLeaseMeter(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 	p := newProvider(t)
 	m, ok := p.(bothy.LeaseMeter)
@@ -81,6 +85,27 @@ func testLeaseMeter(t *testing.T, newProvider func(t *testing.T) bothy.Provider)
 		return
 	}
 	h, _ := Start(t, p, bothy.LeaseSpec{})
+	usage := func() int64 {
+		t.Helper()
+		u, err := m.LeaseUsage(t.Context(), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.CPUMicros
+	}
+	cpu0 := usage()
+	busy, _, _ := Exec(t, p, h, bothy.ExecSpec{Script: BusyScript})
+	if busy.ExitCode == 77 {
+		t.Skip("no perl")
+	}
+	delta := usage() - cpu0
+	if busy.ExitCode != 0 || delta < 100_000 {
+		t.Fatalf("result %+v, the lease's accounting grew by %d µs", busy, delta)
+	}
+	if d := busy.Usage.CPUMicros - delta; d > delta/5 || d < -delta/5 {
+		t.Fatalf("CPUMicros %d, the lease's cgroup accounting says %d µs", busy.Usage.CPUMicros, delta)
+	}
+
 	before, err := m.LeaseUsage(t.Context(), h)
 	if err != nil {
 		t.Fatal(err)

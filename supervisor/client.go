@@ -342,19 +342,18 @@ func (s *RunSpec) execSpec() (bothy.ExecSpec, error) {
 	for k, v := range s.Env {
 		spec.Env[k] = v
 	}
-	for k, v := range s.Secrets {
-		if _, ok := s.Env[k]; ok {
-			return spec, bothy.Errorf(bothy.EINVALID, "environment variable %s is both in env and in secrets", k)
-		} else if len(v) > 0 && len(v) < redact.MinValueBytes {
-			return spec, bothy.Errorf(bothy.EINVALID, "secret %s is shorter than %d bytes: too short to redact from output", k, redact.MinValueBytes)
-		}
-		spec.Env[k] = v
-	}
-	for k, v := range s.SecretFiles {
-		if _, ok := spec.Env[k]; ok {
-			return spec, bothy.Errorf(bothy.EINVALID, "environment variable %s is both a secret file's and set otherwise", k)
-		} else if len(v) > 0 && len(v) < redact.MinValueBytes {
-			return spec, bothy.Errorf(bothy.EINVALID, "secret %s is shorter than %d bytes: too short to redact from output", k, redact.MinValueBytes)
+	// Secrets join the environment; secret files name theirs in it. A
+	// variable may be set once only.
+	for i, m := range []map[string]string{s.Secrets, s.SecretFiles} {
+		for k, v := range m {
+			if _, ok := spec.Env[k]; ok {
+				return spec, bothy.Errorf(bothy.EINVALID, "environment variable %s is set twice (by env, a secret or a secret file)", k)
+			} else if len(v) > 0 && len(v) < redact.MinValueBytes {
+				return spec, bothy.Errorf(bothy.EINVALID, "secret %s is shorter than %d bytes: too short to redact from output", k, redact.MinValueBytes)
+			}
+			if i == 0 {
+				spec.Env[k] = v
+			}
 		}
 	}
 	spec.SecretFiles = s.SecretFiles
