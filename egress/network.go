@@ -97,6 +97,28 @@ type state struct {
 	Complete bool    `json:"complete"` // Setup finished
 }
 
+// openState checks the lease id, fills opt's defaults, takes the state
+// lock (unlock releases it) and reads the lease's state (nil if none).
+func openState(ctx context.Context, opt NetworkOptions, leaseID string) (NetworkOptions, *state, func(), error) {
+	if err := bothy.ValidateID("lease id", leaseID); err != nil {
+		return opt, nil, nil, err
+	}
+	opt, err := opt.withDefaults()
+	if err != nil {
+		return opt, nil, nil, err
+	}
+	unlock, err := lockState(ctx, opt.StateDir)
+	if err != nil {
+		return opt, nil, nil, err
+	}
+	st, err := readState(opt.StateDir, leaseID)
+	if err != nil {
+		unlock()
+		return opt, nil, nil, err
+	}
+	return opt, st, unlock, nil
+}
+
 // Names returns the names of a lease's network namespace and of the host
 // side of its veth (whose nftables chain is lease_HOSTIF), for tests and
 // diagnostics.
@@ -115,22 +137,11 @@ func names(leaseID string) (netns, hostIf string) {
 // a half-made network left by a crash is made again with the same
 // addresses.
 func Setup(ctx context.Context, opt NetworkOptions, leaseID string) (*Network, error) {
-	if err := bothy.ValidateID("lease id", leaseID); err != nil {
-		return nil, err
-	}
-	opt, err := opt.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := lockState(ctx, opt.StateDir)
+	opt, st, unlock, err := openState(ctx, opt, leaseID)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	st, err := readState(opt.StateDir, leaseID)
-	if err != nil {
-		return nil, err
-	}
 	if st != nil && st.Complete && exists(st.Network.Path) && linkExists(st.Network.HostIf) {
 		if err := runNft(ctx, nftSetup(&st.Network)); err != nil {
 			return nil, fmt.Errorf("egress setup %s: %w", leaseID, err)
@@ -197,22 +208,11 @@ func createLinks(ctx context.Context, n *Network) error {
 // Processes still in the namespace keep it alive, but without the veth it
 // has no way out.
 func Teardown(ctx context.Context, opt NetworkOptions, leaseID string) ([]string, error) {
-	if err := bothy.ValidateID("lease id", leaseID); err != nil {
-		return nil, err
-	}
-	opt, err := opt.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := lockState(ctx, opt.StateDir)
+	opt, st, unlock, err := openState(ctx, opt, leaseID)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	st, err := readState(opt.StateDir, leaseID)
-	if err != nil {
-		return nil, err
-	}
 	n := &Network{}
 	if st != nil {
 		n = &st.Network
