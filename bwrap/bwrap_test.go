@@ -3,8 +3,6 @@ package bwrap_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,68 +91,7 @@ func TestProvider_Isolation(t *testing.T) {
 			t.Fatal("a command wrote to /usr or /etc")
 		}
 	})
-	t.Run("OnlyLoopback", func(t *testing.T) {
-		// /sys is not mounted, so list interfaces from /proc.
-		res, out, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Script: "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"})
-		if res.ExitCode != 0 || strings.TrimSpace(out) != "lo" {
-			t.Fatalf("interfaces %q (result %+v), want only lo", out, res)
-		}
-	})
-	t.Run("ErrConnectHost", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "0.0.0.0:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				c.Write([]byte("reached\n"))
-				c.Close()
-			}
-		}()
-		port := ln.Addr().(*net.TCPAddr).Port
-		// Check the listener from the host first, so that a failure inside
-		// means the sandbox, not the listener.
-		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err != nil {
-			t.Fatalf("the listener is not reachable from the host: %v", err)
-		} else {
-			c.Close()
-		}
-		addrs := []string{"127.0.0.1"}
-		if ifaces, err := net.InterfaceAddrs(); err == nil {
-			for _, a := range ifaces {
-				if ip, ok := a.(*net.IPNet); ok && ip.IP.To4() != nil && !ip.IP.IsLoopback() {
-					addrs = append(addrs, ip.IP.String())
-				}
-			}
-		}
-		for _, addr := range addrs {
-			script := fmt.Sprintf("exec 3<>/dev/tcp/%s/%d && cat <&3", addr, port)
-			res, out, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Script: script, Timeout: 5 * time.Second})
-			if res.ExitCode == 0 || strings.Contains(out, "reached") {
-				t.Errorf("connecting to the host's %s:%d from the sandbox worked: %+v %q", addr, port, res, out)
-			}
-		}
-	})
-	t.Run("ErrConnectNetNS", func(t *testing.T) {
-		// What a sandbox with LeaseSpec.NetNS reaches (providertest), one
-		// without cannot.
-		_, addr := providertest.NetNS(t)
-		res, out, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Script: providertest.ConnectScript(addr), Timeout: 5 * time.Second})
-		if res.ExitCode == 0 || strings.Contains(out, "reached") {
-			t.Fatalf("connecting to %s from a sandbox without NetNS worked: %+v %q", addr, res, out)
-		}
-	})
-	t.Run("Hostname", func(t *testing.T) {
-		res, out, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Script: "cat /proc/sys/kernel/hostname"})
-		if res.ExitCode != 0 || out != "bothy\n" {
-			t.Fatalf("hostname %q", out)
-		}
-	})
+	providertest.TestNetworkIsolation(t, p, h)
 	t.Run("NoArgvSecrets", func(t *testing.T) {
 		// Environment values travel through a pipe, never a command line
 		// that every host user can read.
