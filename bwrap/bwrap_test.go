@@ -203,28 +203,10 @@ func TestProvider_RecoverEnded(t *testing.T) {
 	if err := syscall.Kill(st.Holder, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := h.Encode()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, err := p.Recover(context.Background(), b)
-		if bothy.ErrorCode(err) == bothy.ENOTFOUND {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("Recover after the sandbox's init ended: %v, want %s", err, bothy.ENOTFOUND)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if _, err := p.Exec(context.Background(), h, bothy.ExecSpec{Argv: []string{"true"}}); bothy.ErrorCode(err) != bothy.ENOTFOUND {
-		t.Fatalf("Exec after the sandbox's init ended: %v, want %s", err, bothy.ENOTFOUND)
-	}
+	providertest.WantGone(t, p, h)
+
 }
 
 func TestProvider_InitUnkillable(t *testing.T) {
-	p := newProvider(t)
-	h, _ := providertest.Start(t, p, bothy.LeaseSpec{})
-	providertest.Exec(t, p, h, bothy.ExecSpec{Script: "kill -9 1; kill -9 -1; sleep 1"})
-	res, out, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Argv: []string{"echo", "alive"}})
-	if res.ExitCode != 0 || out != "alive\n" {
-		t.Fatalf("after kill -9 -1 in the sandbox: result %+v stdout %q", res, out)
-	}
+	providertest.TestInitUnkillable(t, newProvider(t))
 }

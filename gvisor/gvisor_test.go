@@ -237,30 +237,12 @@ func TestProvider_RecoverEnded(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-	b, _ := h.Encode()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		_, err := p.Recover(context.Background(), b)
-		if bothy.ErrorCode(err) == bothy.ENOTFOUND {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("Recover after the sandbox ended: %v, want %s", err, bothy.ENOTFOUND)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if _, err := p.Exec(context.Background(), h, bothy.ExecSpec{Argv: []string{"true"}}); bothy.ErrorCode(err) != bothy.ENOTFOUND {
-		t.Fatalf("Exec after the sandbox ended: %v, want %s", err, bothy.ENOTFOUND)
-	}
+	providertest.WantGone(t, p, h)
+
 }
 
 func TestProvider_InitUnkillable(t *testing.T) {
-	p := newProvider(t)
-	h, _ := providertest.Start(t, p, bothy.LeaseSpec{})
-	providertest.Exec(t, p, h, bothy.ExecSpec{Script: "kill -9 1; kill -9 -1; sleep 1"})
-	res, out, _ := providertest.Exec(t, p, h, bothy.ExecSpec{Argv: []string{"echo", "alive"}})
-	if res.ExitCode != 0 || out != "alive\n" {
-		t.Fatalf("after kill -9 -1 in the sandbox: result %+v stdout %q", res, out)
-	}
+	providertest.TestInitUnkillable(t, newProvider(t))
 }
 
 func TestProvider_ProgramNotFound(t *testing.T) {

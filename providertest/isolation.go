@@ -80,3 +80,36 @@ func TestNetworkIsolation(t *testing.T, p bothy.Provider, h *bothy.SandboxHandle
 		}
 	})
 }
+
+// WantGone waits up to 5 s for Recover of h to answer ENOTFOUND, once the
+// test has ended the sandbox from outside, and checks that Exec answers
+// ENOTFOUND too.
+func WantGone(t *testing.T, p bothy.Provider, h *bothy.SandboxHandle) {
+	t.Helper()
+	b, _ := h.Encode()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := p.Recover(t.Context(), b)
+		if bothy.ErrorCode(err) == bothy.ENOTFOUND {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("Recover after the sandbox ended: %v, want %s", err, bothy.ENOTFOUND)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := p.Exec(t.Context(), h, bothy.ExecSpec{Argv: []string{"true"}}); bothy.ErrorCode(err) != bothy.ENOTFOUND {
+		t.Fatalf("Exec after the sandbox ended: %v, want %s", err, bothy.ENOTFOUND)
+	}
+}
+
+// TestInitUnkillable checks that a command of an isolating sandbox cannot
+// end it: after `kill -9 1; kill -9 -1` inside, the next command runs.
+// Never call it with a provider that does not isolate processes.
+func TestInitUnkillable(t *testing.T, p bothy.Provider) {
+	h, _ := Start(t, p, bothy.LeaseSpec{})
+	Exec(t, p, h, bothy.ExecSpec{Script: "kill -9 1; kill -9 -1; sleep 1"})
+	res, out, _ := Exec(t, p, h, bothy.ExecSpec{Argv: []string{"echo", "alive"}})
+	if res.ExitCode != 0 || out != "alive\n" {
+		t.Fatalf("after kill -9 -1 in the sandbox: result %+v stdout %q", res, out)
+	}
+}
