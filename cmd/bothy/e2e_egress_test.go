@@ -36,9 +36,7 @@ func TestE2E_Egress(t *testing.T) {
 	_, openPort, _ := net.SplitHostPort(open)
 	hostIP := hostAddress(t)
 
-	data := t.TempDir()
-	s := startServeWith(t, data, nil, "--egress-allow-private", "127.0.0.2/32")
-	a := newAPI(t, s, serverToken(t, s, data))
+	data, s, a := serveAPI(t, "--egress-allow-private", "127.0.0.2/32")
 	none := a.create("none")
 	var allow bothy.Computer
 	a.must("POST", "/v1/computers", map[string]any{"label": "allow", "egress": bothy.EgressPolicy{Mode: bothy.EgressAllowlist,

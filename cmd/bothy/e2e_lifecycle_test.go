@@ -231,9 +231,7 @@ func TestE2E_FanOut(t *testing.T) {
 // checkpointed, its lease released, and it goes back to cold.
 func TestE2E_IdleStop(t *testing.T) {
 	needSandbox(t)
-	data := t.TempDir()
-	s := startServeWith(t, data, nil, "--idle-timeout", "1s")
-	a := newAPI(t, s, serverToken(t, s, data))
+	data, s, a := serveAPI(t, "--idle-timeout", "1s")
 	c := a.create("idle")
 	a.run(c.ID, bothy.RunRequest{Script: "echo kept > idle.txt", Wait: true})
 	a.waitState(c.ID, bothy.StateCold)
@@ -250,9 +248,7 @@ func TestE2E_IdleStop(t *testing.T) {
 // output is archived as a blob named by its digest.
 func TestE2E_OutputArchiveAndStdin(t *testing.T) {
 	needSandbox(t)
-	data := t.TempDir()
-	s := startServeWith(t, data, nil)
-	a := newAPI(t, s, serverToken(t, s, data))
+	data, s, a := serveAPI(t)
 	c := a.create("archive")
 	in := a.run(c.ID, bothy.RunRequest{Argv: []string{"tr", "a-z", "A-Z"}, Stdin: "from stdin\n", Wait: true})
 	if got := output(a.events(in.ID, 0, nil)); got != "FROM STDIN\n" {
@@ -302,9 +298,7 @@ func TestE2E_OutputArchiveAndStdin(t *testing.T) {
 // while a command runs; the command is cancelled and the computer is cold.
 func TestE2E_MaxLifetime(t *testing.T) {
 	needSandbox(t)
-	data := t.TempDir()
-	s := startServeWith(t, data, nil, "--max-lifetime", "2s")
-	a := newAPI(t, s, serverToken(t, s, data))
+	data, s, a := serveAPI(t, "--max-lifetime", "2s")
 	c := a.create("lifetime")
 	cmd := a.run(c.ID, bothy.RunRequest{Script: "echo started; sleep 120"})
 	if got := a.wait(cmd.ID); got.State != bothy.CommandCancelled {
@@ -322,9 +316,7 @@ func TestE2E_MaxLifetime(t *testing.T) {
 // starts a new lease and runs.
 func TestE2E_SandboxDies(t *testing.T) {
 	needSandbox(t)
-	data := t.TempDir()
-	s := startServeWith(t, data, nil)
-	a := newAPI(t, s, serverToken(t, s, data))
+	data, s, a := serveAPI(t)
 	c := a.create("dies")
 	first := a.run(c.ID, bothy.RunRequest{Script: "echo kept > kept.txt", Wait: true})
 	if first.State != bothy.CommandCompleted {
@@ -364,9 +356,7 @@ func TestE2E_SandboxDies(t *testing.T) {
 // computer keeps answering.
 func TestE2E_Exhaustion(t *testing.T) {
 	needSandbox(t)
-	data := t.TempDir()
-	s := startServeWith(t, data, nil, "--lease-memory", "64MiB", "--lease-pids", "256", "--lease-scratch", "32MiB")
-	a := newAPI(t, s, serverToken(t, s, data))
+	data, s, a := serveAPI(t, "--lease-memory", "64MiB", "--lease-pids", "256", "--lease-scratch", "32MiB")
 	hog, bomb, filler, files, loop, other := a.create("hog"), a.create("bomb"), a.create("filler"), a.create("files"), a.create("loop"), a.create("other")
 
 	// All five at once, each in its own computer; the sixth answers
@@ -432,9 +422,7 @@ func TestE2E_Exhaustion(t *testing.T) {
 // charged), so that its CPU budget counts it.
 func TestE2E_BackgroundMetered(t *testing.T) {
 	needSandbox(t)
-	data := t.TempDir()
-	s := startServe(t, data)
-	a := newAPI(t, s, serverToken(t, s, data))
+	data, s, a := serveAPI(t)
 	c := a.create("background")
 	cmd := a.run(c.ID, bothy.RunRequest{Script: "(timeout 2 sh -c 'while :; do :; done') >/dev/null 2>&1 & echo started", Wait: true})
 	if cmd.State != bothy.CommandCompleted || cmd.Usage.CPUMicros > 500_000 {

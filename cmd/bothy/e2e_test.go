@@ -46,6 +46,16 @@ func newAPI(t *testing.T, s *server, token string) *apiClient {
 	return &apiClient{t: t, url: s.url, token: token}
 }
 
+// serveAPI starts `bothy serve` with args on a new data directory and
+// returns the directory, the server and an API client with its admin
+// token.
+func serveAPI(t *testing.T, args ...string) (string, *server, *apiClient) {
+	t.Helper()
+	data := t.TempDir()
+	s := startServeWith(t, data, nil, args...)
+	return data, s, newAPI(t, s, serverToken(t, s, data))
+}
+
 func serverToken(t *testing.T, s *server, data string) string {
 	if tok, ok := strings.CutPrefix(s.tokenLn, "export BOTHY_TOKEN="); ok && strings.HasPrefix(tok, bothy.TokenPrefix) {
 		return tok
