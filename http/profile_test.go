@@ -19,23 +19,7 @@ import (
 // scopes, or the default profile when it has none; admin has them all.
 // A profile the server does not serve is 400 whatever the token.
 func TestProfiles_Authority(t *testing.T) {
-	store, blobs := openSQLite(t)
-	files := workspace.New(store, blobs, workspace.Options{})
-	srv := httptest.NewServer(bhttp.NewServer(store, files, bhttp.Options{
-		Profiles: []string{"standard", "strong"}, Compute: computetest.NewFake(store),
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}))
-	t.Cleanup(srv.Close)
-	if err := store.CreateTenant(t.Context(), &bothy.Tenant{ID: "acme", HashKey: make([]byte, 32)}); err != nil {
-		t.Fatal(err)
-	}
-	client := func(scopes ...string) *bhttp.Client {
-		_, secret, err := store.CreateToken(t.Context(), "acme", "o", scopes, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return bhttp.NewClient(srv.URL, secret)
-	}
+	store, client := authorityServer(t, "standard", "strong")
 	rw := []string{bothy.ScopeComputersRead, bothy.ScopeComputersWrite}
 	plain := client(rw...)
 	strongOnly := client(append(rw, "profile:strong")...)
@@ -82,23 +66,7 @@ func TestProfiles_Authority(t *testing.T) {
 // whose budget caps every command's wall time and refuses commands once
 // its CPU seconds are spent.
 func TestAuthority_EgressAndBudget(t *testing.T) {
-	store, blobs := openSQLite(t)
-	files := workspace.New(store, blobs, workspace.Options{})
-	fake := computetest.NewFake(store)
-	srv := httptest.NewServer(bhttp.NewServer(store, files, bhttp.Options{
-		Compute: fake, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}))
-	t.Cleanup(srv.Close)
-	if err := store.CreateTenant(t.Context(), &bothy.Tenant{ID: "acme", HashKey: make([]byte, 32)}); err != nil {
-		t.Fatal(err)
-	}
-	client := func(scopes ...string) *bhttp.Client {
-		_, secret, err := store.CreateToken(t.Context(), "acme", "o", scopes, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return bhttp.NewClient(srv.URL, secret)
-	}
+	store, client := authorityServer(t)
 	rw := []string{bothy.ScopeComputersRead, bothy.ScopeComputersWrite}
 	plain := client(rw...)
 	allow := client(append(rw, "egress:allowlist", "budget:wall-seconds=5", "budget:cpu-seconds=2")...)
@@ -164,5 +132,29 @@ func TestAuthority_EgressAndBudget(t *testing.T) {
 		if _, _, err := store.CreateToken(ctx, "acme", "o", []string{bad}, time.Time{}); bothy.ErrorCode(err) != bothy.EINVALID {
 			t.Errorf("scope %q: %v", bad, err)
 		}
+	}
+}
+
+// authorityServer serves the API over SQLite and a fake compute service
+// with the given profiles (none: the default), for tenant acme, and
+// returns the store and a maker of clients holding tokens of given scopes.
+func authorityServer(t *testing.T, profiles ...string) (bothy.Store, func(scopes ...string) *bhttp.Client) {
+	t.Helper()
+	store, blobs := openSQLite(t)
+	files := workspace.New(store, blobs, workspace.Options{})
+	srv := httptest.NewServer(bhttp.NewServer(store, files, bhttp.Options{
+		Profiles: profiles, Compute: computetest.NewFake(store),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}))
+	t.Cleanup(srv.Close)
+	if err := store.CreateTenant(t.Context(), &bothy.Tenant{ID: "acme", HashKey: make([]byte, 32)}); err != nil {
+		t.Fatal(err)
+	}
+	return store, func(scopes ...string) *bhttp.Client {
+		_, secret, err := store.CreateToken(t.Context(), "acme", "o", scopes, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bhttp.NewClient(srv.URL, secret)
 	}
 }
