@@ -63,6 +63,17 @@ func newFixture(t *testing.T, s bothy.Store) *fixture {
 	return &fixture{t: t, ctx: ctx, s: s, c: c, comp: comp}
 }
 
+// ready polls as agent "a", reports the fixture computer's lease ready
+// and polls again: the answer dispatches its admitted commands.
+func (f *fixture) ready() *runtime.LeaseWork {
+	f.t.Helper()
+	w := f.poll()
+	if err := f.c.Ready(f.ctx, w.Credential, &runtime.ReadyRequest{Host: "h"}); err != nil {
+		f.t.Fatal(err)
+	}
+	return f.poll()
+}
+
 // poll polls as agent "a" and returns the work of the fixture's computer.
 func (f *fixture) poll(held ...runtime.HeldLease) *runtime.LeaseWork {
 	f.t.Helper()

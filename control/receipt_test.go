@@ -38,11 +38,7 @@ func TestReceipts(t *testing.T) {
 		if code(err) != bothy.ENOTFOUND {
 			t.Fatalf("receipt of an admitted command: %v, want not_found", err)
 		}
-		w := f.poll()
-		if err := f.c.Ready(f.ctx, w.Credential, &runtime.ReadyRequest{Host: "h"}); err != nil {
-			t.Fatal(err)
-		}
-		w = f.poll()
+		w := f.ready()
 		cred := w.Credential
 		if err := f.c.Report(f.ctx, cred, cmd.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
 			t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/control"
-	"github.com/bothyhq/bothy/runtime"
 )
 
 // memSecrets is a SecretService over a map of tenant/name.
@@ -41,11 +40,7 @@ func TestSecrets(t *testing.T) {
 		if len(cmd.Secrets) != 1 || cmd.Secrets[0] != (bothy.SecretRef{Name: "gh", Env: "GH"}) {
 			t.Errorf("command secrets %+v", cmd.Secrets)
 		}
-		w := f.poll()
-		if err := f.c.Ready(f.ctx, w.Credential, &runtime.ReadyRequest{Host: "h"}); err != nil {
-			t.Fatal(err)
-		}
-		w = f.poll()
+		w := f.ready()
 		if len(w.Commands) != 1 || w.Commands[0].Spec == nil || w.Commands[0].Spec.Secrets["GH"] != "ghp_value_1234" {
 			t.Fatalf("run action %+v, want the secret's value under GH", w.Commands)
 		}

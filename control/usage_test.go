@@ -17,11 +17,7 @@ func TestReleased_Usage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := f.poll()
-		if err := f.c.Ready(f.ctx, w.Credential, &runtime.ReadyRequest{Host: "h"}); err != nil {
-			t.Fatal(err)
-		}
-		w = f.poll()
+		w := f.ready()
 		cred := w.Credential
 		if err := f.c.Report(f.ctx, cred, cmd.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
 			t.Fatal(err)
