@@ -67,7 +67,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -78,6 +77,7 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/cgroupfs"
 	"github.com/bothyhq/bothy/mountinfo"
+	"github.com/bothyhq/bothy/process"
 	"github.com/bothyhq/bothy/uidpool"
 )
 
@@ -172,15 +172,9 @@ func New(opt Options) (*Provider, error) {
 		missing = append(missing, "root (it creates cgroups and drops to per-lease uids)")
 	}
 	lookup := func(prog *string, name string) {
-		if *prog == "" {
-			*prog = name
+		if why := process.FindProgram(prog, name); why != "" {
+			missing = append(missing, why)
 		}
-		path, err := exec.LookPath(*prog)
-		if err != nil {
-			missing = append(missing, fmt.Sprintf("the %s program (install it with scripts/sandbox-deps)", name))
-			return
-		}
-		*prog = path
 	}
 	lookup(&opt.Bwrap, "bwrap")
 	lookup(&opt.Setpriv, "setpriv")

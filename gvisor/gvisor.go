@@ -82,6 +82,7 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/cgroupfs"
 	"github.com/bothyhq/bothy/mountinfo"
+	"github.com/bothyhq/bothy/process"
 	"github.com/bothyhq/bothy/uidpool"
 )
 
@@ -186,15 +187,9 @@ func New(opt Options) (*Provider, error) {
 		missing = append(missing, "root (runsc needs it to create sandboxes and cgroups)")
 	}
 	lookup := func(prog *string, name string) {
-		if *prog == "" {
-			*prog = name
+		if why := process.FindProgram(prog, name); why != "" {
+			missing = append(missing, why)
 		}
-		path, err := exec.LookPath(*prog)
-		if err != nil {
-			missing = append(missing, fmt.Sprintf("the %s program (install it with scripts/sandbox-deps)", name))
-			return
-		}
-		*prog = path
 	}
 	lookup(&opt.Runsc, "runsc")
 	lookup(&opt.Nsenter, "nsenter")

@@ -339,3 +339,18 @@ func waitGroupGone(pgid int, d time.Duration) bool {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// FindProgram resolves *prog on PATH, or name if *prog is empty, and
+// stores its path in *prog. It returns what is missing, for a provider's
+// list of unmet prerequisites, or "".
+func FindProgram(prog *string, name string) string {
+	if *prog == "" {
+		*prog = name
+	}
+	path, err := exec.LookPath(*prog)
+	if err != nil {
+		return fmt.Sprintf("the %s program (install it with scripts/sandbox-deps)", name)
+	}
+	*prog = path
+	return ""
+}
