@@ -140,20 +140,9 @@ func fileOps(ctx context.Context, e *serverEnv, opts *RuntimeOptions, rep *Runti
 		}
 		// A new lease for each run, so the repository is in the lower
 		// layer each time, as in a session that finds the workspace of an
-		// earlier one; the restart is not timed.
-		if _, err := e.client.StopComputer(ctx, c.ID); err != nil {
-			return err
-		}
-		if _, err := e.run(ctx, c.ID, bothy.RunRequest{Argv: []string{"true"}}); err != nil {
-			return err
-		}
-		syscall.Sync()
-		var cmd *bothy.Command
-		if d, err = timed(func() error {
-			var err error
-			cmd, err = e.run(ctx, c.ID, bothy.RunRequest{Script: script, TimeoutMS: (5 * time.Minute).Milliseconds()})
-			return err
-		}); err != nil {
+		// earlier one.
+		cmd, d, err := runOnNewLease(ctx, e, c.ID, script, 5*time.Minute)
+		if err != nil {
 			return err
 		}
 		bothyTotal = append(bothyTotal, d)

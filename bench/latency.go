@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/bothyhq/bothy"
@@ -85,6 +86,27 @@ func plainBwrap() error {
 }
 
 // timed returns fn's wall time in milliseconds.
+// runOnNewLease stops the computer and starts a new lease with `true`
+// (untimed), so that its workspace is all in the lower layer, syncs the
+// disks, then runs script and returns the command and its wall time in
+// milliseconds.
+func runOnNewLease(ctx context.Context, e *serverEnv, id, script string, timeout time.Duration) (*bothy.Command, float64, error) {
+	if _, err := e.client.StopComputer(ctx, id); err != nil {
+		return nil, 0, err
+	}
+	if _, err := e.run(ctx, id, bothy.RunRequest{Argv: []string{"true"}}); err != nil {
+		return nil, 0, err
+	}
+	syscall.Sync()
+	var cmd *bothy.Command
+	wall, err := timed(func() error {
+		var err error
+		cmd, err = e.run(ctx, id, bothy.RunRequest{Script: script, TimeoutMS: timeout.Milliseconds()})
+		return err
+	})
+	return cmd, wall, err
+}
+
 func timed(fn func() error) (float64, error) {
 	start := time.Now()
 	err := fn()

@@ -166,22 +166,9 @@ func npmInstall(ctx context.Context, e *serverEnv, opts *RuntimeOptions, rep *Ru
 			}
 			tmpRuns = append(tmpRuns, d)
 		}
-		// A new lease for each run, untimed, so each finds the project in
-		// its lower layer.
-		if _, err := e.client.StopComputer(ctx, c.ID); err != nil {
-			return err
-		}
-		if _, err := e.run(ctx, c.ID, bothy.RunRequest{Argv: []string{"true"}}); err != nil {
-			return err
-		}
-		syscall.Sync()
-		var cmd *bothy.Command
-		wall, err := timed(func() error {
-			var err error
-			script := fmt.Sprintf(npmScript, `"$PWD/.npm-cache"`)
-			cmd, err = e.run(ctx, c.ID, bothy.RunRequest{Script: script, TimeoutMS: npmScriptTimeout.Milliseconds()})
-			return err
-		})
+		// A new lease for each run, so each finds the project in its
+		// lower layer.
+		cmd, wall, err := runOnNewLease(ctx, e, c.ID, fmt.Sprintf(npmScript, `"$PWD/.npm-cache"`), npmScriptTimeout)
 		if err != nil {
 			return err
 		}
