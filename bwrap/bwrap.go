@@ -293,7 +293,7 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
 		return nil, bothy.Errorf(bothy.EINVALID, "workspace %s is not a directory", spec.Workspace)
 	}
-	if err := checkNetNS(spec.NetNS); err != nil {
+	if err := process.CheckNetNS(spec.NetNS); err != nil {
 		return nil, err
 	}
 	st := &state{Dir: filepath.Join(p.opt.StateDir, "leases", spec.LeaseID), Landlock: landlockABI()}
@@ -534,19 +534,6 @@ func processesOf(uid int) []int {
 		}
 	}
 	return pids
-}
-
-// checkNetNS checks that a lease's network namespace, if it has one, is a
-// namespace: bwrap is started in it with nsenter.
-func checkNetNS(path string) error {
-	if path == "" {
-		return nil
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(path, &fs); err != nil || fs.Type != unix.NSFS_MAGIC {
-		return bothy.Errorf(bothy.EINVALID, "lease network namespace %s is not a namespace", path)
-	}
-	return nil
 }
 
 // mounted reports whether path is a mount point in this mount namespace.

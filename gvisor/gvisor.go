@@ -262,7 +262,7 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
 		return nil, bothy.Errorf(bothy.EINVALID, "workspace %s is not a directory", spec.Workspace)
 	}
-	if err := checkNetNS(spec.NetNS); err != nil {
+	if err := process.CheckNetNS(spec.NetNS); err != nil {
 		return nil, err
 	}
 	st := &state{Dir: filepath.Join(p.opt.StateDir, "leases", spec.LeaseID), ID: "bothy-" + randomHex(8), NetNS: spec.NetNS}
@@ -473,19 +473,6 @@ func decodeState(h *bothy.SandboxHandle) (*state, error) {
 		return nil, bothy.Errorf(bothy.EINVALID, "sandbox handle of lease %s has no valid gvisor state", h.LeaseID)
 	}
 	return &st, nil
-}
-
-// checkNetNS checks that a lease's network namespace, if it has one, is a
-// namespace: runsc runs in it under nsenter.
-func checkNetNS(path string) error {
-	if path == "" {
-		return nil
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(path, &fs); err != nil || fs.Type != unix.NSFS_MAGIC {
-		return bothy.Errorf(bothy.EINVALID, "lease network namespace %s is not a namespace", path)
-	}
-	return nil
 }
 
 // tail returns the end of a log file, for an error message.

@@ -232,6 +232,16 @@ func checkNetNS(path string) error {
 	if _, err := exec.LookPath("nsenter"); err != nil {
 		return bothy.Errorf(bothy.EINVALID, "the process provider joins a network namespace with nsenter, which is missing")
 	}
+	return CheckNetNS(path)
+}
+
+// CheckNetNS checks that a lease's network namespace (LeaseSpec.NetNS),
+// if it has one, is a namespace, which nsenter can join: the providers'
+// Start refuses anything else with EINVALID.
+func CheckNetNS(path string) error {
+	if path == "" {
+		return nil
+	}
 	var fs unix.Statfs_t
 	if err := unix.Statfs(path, &fs); err != nil || fs.Type != unix.NSFS_MAGIC {
 		return bothy.Errorf(bothy.EINVALID, "lease network namespace %s is not a namespace", path)
