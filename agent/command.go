@@ -292,8 +292,8 @@ func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSe
 
 // end completes a command's end report and sends it: it checkpoints the
 // workspace, archives the output, and adds to the exit what only the
-// agent knows: the bytes the checkpoint found written, the broker's bytes
-// while the command ran, and whether the scratch watcher killed it.
+// agent knows: the bytes the checkpoint found written and the broker's
+// bytes while the command ran.
 func (l *lease) end(ctx context.Context, id string, r *runtime.Report) {
 	// The archive's upload and the checkpoint touch different files:
 	// they run at once.
@@ -313,20 +313,13 @@ func (l *lease) end(ctx context.Context, id string, r *runtime.Report) {
 	<-archived
 	r.RevisionAfter = rev
 	l.mu.Lock()
-	netStart, diskKilled := l.netStart[id], l.diskKilled[id]
+	netStart := l.netStart[id]
 	delete(l.netStart, id)
-	delete(l.diskKilled, id)
 	l.mu.Unlock()
 	if r.Exit != nil {
 		r.Exit.Usage.BytesWritten = written
 		if l.a.cfg.Egress != nil {
 			r.Exit.Usage.NetworkBytes = max(0, l.netBytes()-netStart)
-		}
-		if diskKilled && r.Exit.Cancelled {
-			// The watcher cancelled it: it ended by the scratch limit,
-			// not by a caller's cancel. (One that ended on its own
-			// before the cancel arrived keeps its own end.)
-			r.Exit.DiskLimited, r.Exit.Cancelled = true, false
 		}
 	}
 	l.report(ctx, id, r)

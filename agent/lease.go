@@ -72,10 +72,8 @@ type lease struct {
 	pumps     map[string]bool
 	pumpWG    sync.WaitGroup
 	// netStart holds the broker's byte count of the lease when each
-	// running command started; diskKilled the commands the scratch
-	// watcher cancelled.
-	netStart   map[string]int64
-	diskKilled map[string]bool
+	// running command started.
+	netStart map[string]int64
 
 	ckptMu sync.Mutex // one checkpoint at a time
 }
@@ -85,7 +83,7 @@ func newLease(a *Agent, w *runtime.LeaseWork) *lease {
 		a: a, dir: filepath.Join(a.cfg.Dir, "leases", w.LeaseID), state: leaseNew,
 		rec:      record{LeaseID: w.LeaseID, TenantID: w.TenantID, ComputerID: w.ComputerID, Generation: w.Generation, Provider: w.Provider},
 		inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
-		netStart: map[string]int64{}, diskKilled: map[string]bool{},
+		netStart: map[string]int64{},
 	}
 }
 
@@ -183,7 +181,7 @@ func (l *lease) start(ctx context.Context, resume bool) {
 	scratch := l.work.Limits.ScratchBytes
 	l.mu.Unlock()
 	if scratch > 0 {
-		go l.watchScratch(ctx, scratch)
+		go l.watchScratch(ctx, scratch, cancelDiskLimited)
 	}
 	host, _ := os.Hostname()
 	ref, _ := l.h.Encode()
@@ -329,7 +327,7 @@ func (a *Agent) recover(ctx context.Context) {
 		}
 		l := &lease{a: a, dir: dir, rec: rec, state: leaseRecovered,
 			inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
-			netStart: map[string]int64{}, diskKilled: map[string]bool{}}
+			netStart: map[string]int64{}}
 		a.leases[rec.LeaseID] = l
 		a.log.Info("found lease on disk", "lease", rec.LeaseID, "computer", rec.ComputerID)
 	}

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/bothyhq/bothy/supervisor"
 )
 
 // The scratch watcher's sampling period: at least minScratchPeriod, and
@@ -28,7 +30,7 @@ const (
 // cleaned up; the first measurement after the running commands change is
 // a new baseline, so a command is never judged by what an earlier one
 // wrote.
-func (l *lease) watchScratch(ctx context.Context, limit int64) {
+func (l *lease) watchScratch(ctx context.Context, limit int64, cancel func(ctx context.Context, sup *supervisor.Client, id string) error) {
 	last := int64(-1)
 	var lastRunning []string
 	period := minScratchPeriod
@@ -62,10 +64,7 @@ func (l *lease) watchScratch(ctx context.Context, limit int64) {
 		}
 		l.a.log.Warn("scratch limit: cancelling the lease's commands", "lease", l.rec.LeaseID, "bytes", size, "limit", limit)
 		for _, id := range running {
-			l.mu.Lock()
-			l.diskKilled[id] = true
-			l.mu.Unlock()
-			if _, err := sup.Cancel(ctx, id); err != nil {
+			if err := cancel(ctx, sup, id); err != nil {
 				l.a.log.Warn("cancel command over the scratch limit", "command", id, "err", err)
 			}
 		}
@@ -91,4 +90,12 @@ func diskUsage(dir string) int64 {
 		return nil
 	})
 	return total
+}
+
+// cancelDiskLimited cancels a command for the scratch limit: the
+// supervisor journals its end as disk_limited, which holds across a
+// restart of the agent.
+func cancelDiskLimited(ctx context.Context, sup *supervisor.Client, id string) error {
+	_, err := sup.CancelDiskLimited(ctx, id)
+	return err
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,8 +16,7 @@ import (
 // TestWatchScratch: a command is judged only by what the layer did while
 // it ran. A, which overflowed the limit and ended, leaves the next
 // command B (which only deletes) alone; C, which grows the layer past
-// the limit while it runs, is marked disk_limited. (The cancel itself
-// goes to a supervisor that is not there, and only logs.)
+// the limit while it runs, is cancelled for the scratch limit.
 func TestWatchScratch(t *testing.T) {
 	upper := t.TempDir()
 	write := func(name string, n int) {
@@ -25,21 +25,29 @@ func TestWatchScratch(t *testing.T) {
 		}
 	}
 	l := &lease{a: &Agent{log: slog.New(slog.DiscardHandler)}, state: leaseReady, ov: &hostcache.Overlay{Upper: upper},
-		sup: &supervisor.Client{}, pumps: map[string]bool{"A": true}, diskKilled: map[string]bool{}}
+		sup: &supervisor.Client{}, pumps: map[string]bool{"A": true}}
+	var mu sync.Mutex
+	cancelled := map[string]bool{}
+	cancel := func(_ context.Context, _ *supervisor.Client, id string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		cancelled[id] = true
+		return nil
+	}
 	set := func(f func()) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		f()
 	}
 	killed := func(id string) bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.diskKilled[id]
+		mu.Lock()
+		defer mu.Unlock()
+		return cancelled[id]
 	}
 	write("small", 10<<10)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go l.watchScratch(ctx, 100<<10)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go l.watchScratch(ctx, 100<<10, cancel)
 	time.Sleep(3 * minScratchPeriod / 2) // a sample while A runs
 	set(func() { delete(l.pumps, "A") })
 	for _, name := range []string{"f0", "f1", "f2", "f3"} {
@@ -60,6 +68,6 @@ func TestWatchScratch(t *testing.T) {
 	}
 	time.Sleep(3 * minScratchPeriod / 2)
 	if !killed("C") {
-		t.Fatalf("C grew the layer to %d bytes past the limit while it ran and was not marked", diskUsage(upper))
+		t.Fatalf("C grew the layer to %d bytes past the limit while it ran and was not cancelled", diskUsage(upper))
 	}
 }

@@ -60,6 +60,9 @@ type Request struct {
 	RunSpec
 	After int64 `json:"after,omitempty"` // OpEvents: stream events with seq > After
 	Seq   int64 `json:"seq,omitempty"`   // OpAck: the highest seq received
+	// DiskLimited (OpCancel) cancels the command for the scratch limit:
+	// its exit says disk_limited, not cancelled.
+	DiskLimited bool `json:"disk_limited,omitempty"`
 }
 
 // RunSpec is the command of a Run. Its accept record journals all of it
@@ -259,7 +262,18 @@ func (c *Client) Ack(ctx context.Context, id string, seq int64) error {
 // Cancel kills a running command's process tree; its exit event then has
 // Cancelled set. Cancelling an ended command changes nothing.
 func (c *Client) Cancel(ctx context.Context, id string) (*Status, error) {
-	resp, err := c.call(ctx, &Request{Op: OpCancel, CommandID: id})
+	return c.cancel(ctx, &Request{Op: OpCancel, CommandID: id})
+}
+
+// CancelDiskLimited cancels a command as Cancel does, because the
+// lease's writable layer grew past its scratch limit: its exit record
+// says DiskLimited instead of Cancelled.
+func (c *Client) CancelDiskLimited(ctx context.Context, id string) (*Status, error) {
+	return c.cancel(ctx, &Request{Op: OpCancel, CommandID: id, DiskLimited: true})
+}
+
+func (c *Client) cancel(ctx context.Context, req *Request) (*Status, error) {
+	resp, err := c.call(ctx, req)
 	if err != nil {
 		return nil, err
 	}

@@ -79,7 +79,7 @@ func (s *server) exec(ctx context.Context, c *command, spec bothy.ExecSpec, flus
 		r.flush()
 	}
 	s.mu.Lock()
-	cancelled := c.cancelled
+	cancelled, diskLimited := c.cancelled, c.diskLimited
 	c.cancel()
 	c.cancel = nil
 	s.mu.Unlock()
@@ -88,6 +88,10 @@ func (s *server) exec(ctx context.Context, c *command, spec bothy.ExecSpec, flus
 		c.j.mu.Lock()
 		dropped := c.j.dropped
 		c.j.mu.Unlock()
+		if diskLimited && cancelled {
+			// Cancelled for the scratch limit: that is how it ended.
+			res.DiskLimited, cancelled = true, false
+		}
 		data, _ = json.Marshal(Exit{ExecResult: *res, Cancelled: cancelled, DroppedBytes: dropped})
 	} else {
 		e := &bothy.Error{Code: bothy.ErrorCode(err), Message: bothy.ErrorMessage(err)}

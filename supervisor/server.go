@@ -137,6 +137,8 @@ type command struct {
 	j         *journal
 	cancel    context.CancelFunc // nil once ended
 	cancelled bool               // under server.mu
+	// diskLimited: the cancel was for the scratch limit (under server.mu).
+	diskLimited bool
 }
 
 // Serve runs a supervisor until ctx is done or a client asks it to shut
@@ -342,7 +344,7 @@ func (s *server) handle(ctx context.Context, conn net.Conn) {
 	case OpAck:
 		err = s.ack(req.CommandID, req.Seq)
 	case OpCancel:
-		resp.Status, err = s.cancel(req.CommandID)
+		resp.Status, err = s.cancel(req.CommandID, req.DiskLimited)
 	case OpShutdown:
 		s.once.Do(func() { close(s.shutdown) })
 	case OpEvents:
@@ -405,7 +407,7 @@ func (s *server) status(id string, existing bool) *Status {
 	return st
 }
 
-func (s *server) cancel(id string) (*Status, error) {
+func (s *server) cancel(id string, diskLimited bool) (*Status, error) {
 	s.mu.Lock()
 	c := s.cmds[id]
 	if c == nil {
@@ -414,6 +416,7 @@ func (s *server) cancel(id string) (*Status, error) {
 	}
 	if c.cancel != nil {
 		c.cancelled = true
+		c.diskLimited = c.diskLimited || diskLimited
 		c.cancel()
 	}
 	s.mu.Unlock()

@@ -513,3 +513,22 @@ func TestSlowReader_BoundedMemory(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 }
+
+// TestCancelDiskLimited: a command cancelled for the scratch limit ends
+// with DiskLimited in its exit record, not Cancelled, so the end says why
+// whoever reads the journal, an agent restarted meanwhile included.
+func TestCancelDiskLimited(t *testing.T) {
+	t.Parallel()
+	l := newLease(t)
+	_, c := l.spawn(t)
+	run(t, c, "filler", supervisor.RunSpec{Script: "echo writing; sleep 30"})
+	readSome(t, c, "filler", 1)
+	c2 := dial(t, supervisor.SocketPath(l.sup))
+	if _, err := c2.CancelDiskLimited(context.Background(), "filler"); err != nil {
+		t.Fatal(err)
+	}
+	evs := events(t, c2, "filler", 0)
+	if x := exitOf(t, evs[len(evs)-1]); !x.DiskLimited || x.Cancelled {
+		t.Fatalf("exit %+v, want disk_limited and not cancelled", x)
+	}
+}
