@@ -1,7 +1,8 @@
 // Package agent is bothy's runtime on one host: it dials out to the control
 // plane (package runtime's protocol), starts a sandbox for each lease
 // assigned to it over the lease's workspace (a read-only materialized base
-// revision with a writable overlay, package hostcache), gives the lease a
+// revision with a writable overlay, or a plain copy of it where the agent
+// is not root; package hostcache), gives the lease a
 // supervisor process (package supervisor) that runs its commands and
 // journals their output on disk, streams that output back by sequence
 // number, and checkpoints the workspace after each command.
@@ -43,6 +44,11 @@ type Config struct {
 	// host cache of materialized revisions.
 	Blobs bothy.BlobStore
 	Cache *hostcache.Cache
+	// Workspace is how a lease's workspace is materialized: an overlay
+	// over Cache ("" or hostcache.ModeOverlay, which needs root) or a
+	// plain copy (hostcache.ModeCopy, which needs no privilege and serves
+	// only providers that run commands as the agent's own user).
+	Workspace hostcache.Mode
 	// SupervisorCommand is the program and arguments that run a
 	// supervisor (supervisor.Main); "-dir DIR" is appended.
 	SupervisorCommand []string
@@ -76,6 +82,11 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.ID == "" || cfg.Dir == "" || cfg.Control == nil || cfg.Blobs == nil || cfg.Cache == nil || len(cfg.SupervisorCommand) == 0 {
 		return nil, errors.New("agent: ID, Dir, Control, Blobs, Cache and SupervisorCommand are required")
 	}
+	mode, err := hostcache.ParseMode(string(cfg.Workspace))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Workspace = mode
 	if cfg.PollWait <= 0 {
 		cfg.PollWait = 10 * time.Second
 	}

@@ -42,9 +42,9 @@ func (l *lease) apply(ctx context.Context, w *runtime.ApplyWork) (int64, error) 
 	l.ckptMu.Lock()
 	defer l.ckptMu.Unlock()
 	l.mu.Lock()
-	ov, repo, rev := l.ov, l.repo, l.revision
+	ws, repo, rev := l.ws, l.repo, l.revision
 	l.mu.Unlock()
-	if ov == nil {
+	if ws == nil {
 		return 0, bothy.Errorf(bothy.ECONFLICT, "the lease has no workspace yet")
 	} else if rev != w.Base {
 		return 0, bothy.Errorf(bothy.ECONFLICT, "the workspace is at revision %d, not %d", rev, w.Base)
@@ -67,7 +67,7 @@ func (l *lease) apply(ctx context.Context, w *runtime.ApplyWork) (int64, error) 
 			return 0, err
 		}
 	}
-	root, err := os.OpenRoot(ov.Merged)
+	root, err := os.OpenRoot(ws.Path())
 	if err != nil {
 		return 0, err
 	}

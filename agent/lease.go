@@ -36,16 +36,27 @@ type record struct {
 	Generation int64  `json:"generation"`
 	Provider   string `json:"provider"`
 	// The base revision: the read-only lower layer of the overlay.
-	BaseRevision int64           `json:"base_revision"`
-	BaseRoot     string          `json:"base_root"`
-	BasePacks    []string        `json:"base_packs"`
-	BaseSize     int64           `json:"base_size"`
-	BaseFiles    int64           `json:"base_files"`
-	Lower        string          `json:"lower"`
-	Handle       json.RawMessage `json:"handle,omitempty"`
+	BaseRevision int64    `json:"base_revision"`
+	BaseRoot     string   `json:"base_root"`
+	BasePacks    []string `json:"base_packs"`
+	BaseSize     int64    `json:"base_size"`
+	BaseFiles    int64    `json:"base_files"`
+	Lower        string   `json:"lower"`
+	// Workspace is how the workspace was materialized ("" = overlay).
+	Workspace hostcache.Mode  `json:"workspace,omitempty"`
+	Handle    json.RawMessage `json:"handle,omitempty"`
 	// Egress is the lease's egress policy; a mode other than none means
 	// the lease has a network namespace and a broker listener to remove.
 	Egress bothy.EgressPolicy `json:"egress"`
+}
+
+// workspaceAt is the workspace of the record's mode under the lease
+// directory dir, for removing one that this process did not materialize.
+func (r *record) workspaceAt(dir string) hostcache.Workspace {
+	if r.Workspace == hostcache.ModeCopy {
+		return &hostcache.Copy{Dir: filepath.Join(dir, "ws")}
+	}
+	return &hostcache.Overlay{Merged: filepath.Join(dir, "ws", "merged")}
 }
 
 type lease struct {
@@ -57,7 +68,7 @@ type lease struct {
 	work      *runtime.LeaseWork // the newest desired state, with a fresh credential
 	state     string
 	abandoned bool
-	ov        *hostcache.Overlay
+	ws        hostcache.Workspace
 	h         *bothy.SandboxHandle
 	sup       *supervisor.Client
 	repo      *checkpoint.Repo
@@ -217,39 +228,22 @@ func (l *lease) prepare(ctx context.Context, resume bool) error {
 	if err := os.MkdirAll(l.dir, 0o700); err != nil {
 		return err
 	}
-	if !resume || l.rec.Lower == "" {
-		if l.rec.Lower, err = l.a.cfg.Cache.Materialize(ctx, w.TenantID, base); err != nil {
-			return fmt.Errorf("materialize base revision: %w", err)
-		}
-		if err := l.save(); err != nil {
-			return err
-		}
+	if !resume {
+		l.rec.Workspace = l.a.cfg.Workspace
 	}
 	prov := l.a.cfg.Providers[l.rec.Provider]
 	if prov == nil {
 		return bothy.Errorf(bothy.EINVALID, "provider %q is not enabled on this agent", l.rec.Provider)
 	}
-	opts := hostcache.MountOptions{RedirectDir: true, Volatile: true}
-	// A provider that names the lease's uid now gets a workspace that
-	// already appears owned by it (an idmapped lower layer), so its Start
-	// chowns nothing and nothing is copied up until it is written.
-	if wo, ok := prov.(bothy.WorkspaceOwner); ok {
-		if opts.IDMapUID, err = wo.WorkspaceUID(ctx, w.LeaseID); err != nil {
-			return fmt.Errorf("workspace uid: %w", err)
-		}
-	}
-	ov, err := hostcache.Mount(ctx, l.rec.Lower, filepath.Join(l.dir, "ws"), opts)
+	ws, err := l.workspace(ctx, w, prov, base, resume)
 	if err != nil {
 		return err
 	}
-	if ov.IDMapErr != nil {
-		l.a.log.Warn("idmapped workspace refused; the provider will chown it", "lease", l.rec.LeaseID, "err", ov.IDMapErr)
-	}
 	l.mu.Lock()
-	l.ov, l.repo, l.base, l.parent, l.revision = ov, repo, base, parent, w.Revision
+	l.ws, l.repo, l.base, l.parent, l.revision = ws, repo, base, parent, w.Revision
 	l.mu.Unlock()
 	spec := bothy.LeaseSpec{LeaseID: w.LeaseID, ComputerID: w.ComputerID, Generation: w.Generation,
-		Workspace: ov.Merged, Limits: w.Limits}
+		Workspace: ws.Path(), Limits: w.Limits}
 	if err := l.network(ctx, &spec); err != nil {
 		return err
 	}
@@ -289,6 +283,50 @@ func (l *lease) prepare(ctx context.Context, resume bool) error {
 	l.sup = sup
 	l.mu.Unlock()
 	return nil
+}
+
+// workspace materializes the lease's base revision as its record's mode
+// says, or takes over the workspace an earlier agent process left.
+func (l *lease) workspace(ctx context.Context, w *runtime.LeaseWork, prov bothy.Provider, base *checkpoint.Snapshot, resume bool) (hostcache.Workspace, error) {
+	wsDir := filepath.Join(l.dir, "ws")
+	if l.rec.Workspace == hostcache.ModeCopy {
+		// A provider that runs the lease as a uid of its own isolates it,
+		// and the plain scan of a copy is not safe against a sandbox
+		// (hostcache.Copy): such a provider gets an overlay.
+		if _, ok := prov.(bothy.WorkspaceOwner); ok {
+			return nil, bothy.Errorf(bothy.EINVALID, "provider %q isolates its sandboxes, which need an overlay workspace, not a copy", l.rec.Provider)
+		}
+		if err := l.save(); err != nil {
+			return nil, err
+		}
+		return hostcache.CopyIn(ctx, base, wsDir)
+	}
+	var err error
+	if !resume || l.rec.Lower == "" {
+		if l.rec.Lower, err = l.a.cfg.Cache.Materialize(ctx, w.TenantID, base); err != nil {
+			return nil, fmt.Errorf("materialize base revision: %w", err)
+		}
+		if err := l.save(); err != nil {
+			return nil, err
+		}
+	}
+	opts := hostcache.MountOptions{RedirectDir: true, Volatile: true}
+	// A provider that names the lease's uid now gets a workspace that
+	// already appears owned by it (an idmapped lower layer), so its Start
+	// chowns nothing and nothing is copied up until it is written.
+	if wo, ok := prov.(bothy.WorkspaceOwner); ok {
+		if opts.IDMapUID, err = wo.WorkspaceUID(ctx, w.LeaseID); err != nil {
+			return nil, fmt.Errorf("workspace uid: %w", err)
+		}
+	}
+	ov, err := hostcache.Mount(ctx, l.rec.Lower, wsDir, opts)
+	if err != nil {
+		return nil, err
+	}
+	if ov.IDMapErr != nil {
+		l.a.log.Warn("idmapped workspace refused; the provider will chown it", "lease", l.rec.LeaseID, "err", ov.IDMapErr)
+	}
+	return ov, nil
 }
 
 // save writes lease.json atomically.
@@ -351,12 +389,12 @@ func (l *lease) checkpointWritten(ctx context.Context) (int64, int64, error) {
 // checkpointLocked is checkpointWritten with ckptMu held.
 func (l *lease) checkpointLocked(ctx context.Context) (int64, int64, error) {
 	l.mu.Lock()
-	ov, base, parent, rev, repo := l.ov, l.base, l.parent, l.revision, l.repo
+	ws, base, parent, rev, repo := l.ws, l.base, l.parent, l.revision, l.repo
 	l.mu.Unlock()
-	if ov == nil {
+	if ws == nil {
 		return rev, 0, errors.New("lease has no workspace")
 	}
-	res, err := ov.Checkpoint(ctx, base, hostcache.CheckpointOptions{Parent: parent, BaseSize: l.rec.BaseSize, BaseFileCount: l.rec.BaseFiles})
+	res, err := ws.Checkpoint(ctx, base, hostcache.CheckpointOptions{Parent: parent, BaseSize: l.rec.BaseSize, BaseFileCount: l.rec.BaseFiles})
 	if err != nil {
 		return rev, 0, fmt.Errorf("checkpoint: %w", err)
 	}
@@ -457,7 +495,7 @@ func (l *lease) abandon(ctx context.Context) {
 // released with the residue found.
 func (l *lease) teardown(ctx context.Context, disposition, reason string, keep bool) {
 	l.mu.Lock()
-	sup, h, ov := l.sup, l.h, l.ov
+	sup, h, ws := l.sup, l.h, l.ws
 	l.mu.Unlock()
 	residue := &bothy.Residue{}
 	if sup != nil {
@@ -491,11 +529,15 @@ func (l *lease) teardown(ctx context.Context, disposition, reason string, keep b
 	}
 	residue.Other = append(residue.Other, l.removeNetwork(ctx)...)
 	if !keep {
-		if ov == nil {
-			ov = &hostcache.Overlay{Merged: filepath.Join(l.dir, "ws", "merged")}
+		if ws == nil {
+			ws = l.rec.workspaceAt(l.dir)
 		}
-		if err := ov.Remove(ctx); err != nil {
-			residue.Mounts = append(residue.Mounts, ov.Merged)
+		if err := ws.Remove(ctx); err != nil {
+			if _, ok := ws.(*hostcache.Overlay); ok {
+				residue.Mounts = append(residue.Mounts, ws.Path())
+			} else {
+				residue.Paths = append(residue.Paths, ws.Path())
+			}
 		}
 		os.RemoveAll(l.dir)
 		if _, err := os.Lstat(l.dir); err == nil {

@@ -2,10 +2,7 @@ package agent
 
 import (
 	"context"
-	"io/fs"
-	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/bothyhq/bothy/supervisor"
@@ -22,9 +19,10 @@ const (
 // watchScratch enforces the lease's scratch limit across files: the
 // provider stops a single file from growing past it (RLIMIT_FSIZE), and
 // this stops many files from doing so together. While commands run, it
-// measures the writable layer (the overlay's upper directory, all that
-// the lease wrote); when that is over the limit and grew since the last
-// measurement, taken while the same commands ran, it cancels them and
+// measures what the lease wrote (hostcache.Workspace.WrittenBytes: the
+// overlay's upper layer, or a copy less its base); when that is over the
+// limit and grew since the last measurement, taken while the same
+// commands ran, it cancels them and
 // marks them disk_limited. A command that shrinks the layer (rm of what
 // was written) is left alone, so a computer over its limit can be
 // cleaned up; the first measurement after the running commands change is
@@ -39,7 +37,7 @@ func (l *lease) watchScratch(ctx context.Context, limit int64, cancel func(ctx c
 			return
 		}
 		l.mu.Lock()
-		state, ov, sup := l.state, l.ov, l.sup
+		state, ws, sup := l.state, l.ws, l.sup
 		running := make([]string, 0, len(l.pumps))
 		for id := range l.pumps {
 			running = append(running, id)
@@ -51,11 +49,11 @@ func (l *lease) watchScratch(ctx context.Context, limit int64, cancel func(ctx c
 		}
 		if state != leaseReady {
 			return
-		} else if len(running) == 0 || ov == nil || sup == nil {
+		} else if len(running) == 0 || ws == nil || sup == nil {
 			continue
 		}
 		began := time.Now()
-		size := diskUsage(ov.Upper)
+		size := ws.WrittenBytes()
 		period = max(minScratchPeriod, scratchCost*time.Since(began))
 		grew := last >= 0 && size > last
 		last = size
@@ -69,27 +67,6 @@ func (l *lease) watchScratch(ctx context.Context, limit int64, cancel func(ctx c
 			}
 		}
 	}
-}
-
-// diskUsage returns the bytes of disk that the tree under dir takes
-// (allocated blocks, so a sparse file counts what it holds). It never
-// follows symlinks; entries that vanish while it walks are skipped.
-func diskUsage(dir string) int64 {
-	var total int64
-	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			total += st.Blocks * 512
-		}
-		return nil
-	})
-	return total
 }
 
 // cancelDiskLimited cancels a command for the scratch limit: the

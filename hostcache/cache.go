@@ -2,7 +2,9 @@
 // revisions read-only in a cache keyed by tenant and root digest, gives each
 // lease a writable overlayfs layer on top (a warm start is a mount, not a
 // copy), and checkpoints a lease by scanning only its writable layer and
-// whiteouts. docs/data-path.md describes the layout and its rules.
+// whiteouts. docs/data-path.md describes the layout and its rules. Where
+// the agent is not root, a lease's workspace can instead be a plain copy of
+// the base revision (Copy), checkpointed by a full scan with a stat cache.
 package hostcache
 
 import (

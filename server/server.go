@@ -49,6 +49,10 @@ type Config struct {
 	SupervisorCommand []string
 	// AgentID names the in-process agent (default "local").
 	AgentID string
+	// Workspace is how the in-process agent materializes workspaces
+	// (agent.Config.Workspace): "" is an overlay, hostcache.ModeCopy a
+	// plain copy that needs no root.
+	Workspace hostcache.Mode
 	// ReceiptKey signs receipts; nil is a random key, whose receipts
 	// cannot be verified once the process ends (`bothy serve` keeps one in
 	// DATA/receipt.key).
@@ -144,7 +148,8 @@ func (s *Server) newAgent(url string) (*agent.Agent, error) {
 		allow = s.cfg.Policy.EgressAllowPrivate
 	}
 	return NewAgent(AgentConfig{Data: s.cfg.Data, ID: s.cfg.AgentID, URL: url, Token: s.cfg.AgentToken, Blobs: s.cfg.Blobs,
-		Providers: s.cfg.Providers, Supervisor: s.cfg.SupervisorCommand, EgressAllowPrivate: allow, Logger: s.cfg.Logger})
+		Providers: s.cfg.Providers, Supervisor: s.cfg.SupervisorCommand, Workspace: s.cfg.Workspace,
+		EgressAllowPrivate: allow, Logger: s.cfg.Logger})
 }
 
 // AgentConfig configures NewAgent.
@@ -158,6 +163,8 @@ type AgentConfig struct {
 	Providers  []bothy.Provider
 	// Supervisor is the command that runs a lease's supervisor.
 	Supervisor []string
+	// Workspace is agent.Config.Workspace.
+	Workspace hostcache.Mode
 	// EgressAllowPrivate lists the CIDR prefixes the egress broker may
 	// reach although private (bothy.Policy).
 	EgressAllowPrivate []string
@@ -190,7 +197,8 @@ func NewAgent(cfg AgentConfig) (*agent.Agent, error) {
 	}
 	return agent.New(agent.Config{
 		ID: cfg.ID, Dir: filepath.Join(cfg.Data, "agent"), Control: runtime.NewClient(cfg.URL), Token: cfg.Token,
-		Providers: provs, Blobs: cfg.Blobs, Cache: cache, SupervisorCommand: cfg.Supervisor, Egress: eg, Logger: cfg.Logger,
+		Providers: provs, Blobs: cfg.Blobs, Cache: cache, Workspace: cfg.Workspace, SupervisorCommand: cfg.Supervisor,
+		Egress: eg, Logger: cfg.Logger,
 	})
 }
 

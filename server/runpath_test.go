@@ -1,0 +1,347 @@
+package server_test
+
+// TestRunPath drives the whole run path without privilege: the control
+// plane and the in-process agent of server.New, a real supervisor process
+// per lease (this test binary, re-executed), the process provider and the
+// copy workspace (hostcache.ModeCopy), real commands. It runs as any user;
+// scripts/test runs it again as nobody.
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	nethttp "net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/control"
+	"github.com/bothyhq/bothy/hostcache"
+	bhttp "github.com/bothyhq/bothy/http"
+	"github.com/bothyhq/bothy/localblob"
+	"github.com/bothyhq/bothy/process"
+	"github.com/bothyhq/bothy/server"
+	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/supervisor"
+)
+
+// TestMain makes the test binary a supervisor too, as the bothy binary is
+// (`bothy supervisor -dir DIR`), so that the agent can spawn one per lease.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "supervisor" {
+		os.Exit(supervisor.Main(os.Args[2:], process.New()))
+	}
+	os.Exit(m.Run())
+}
+
+// runPath is a running server with an in-process agent, and a client of
+// its API.
+type runPath struct {
+	dir    string
+	store  bothy.Store
+	client *bhttp.Client
+	tenant string
+	logf   *os.File
+}
+
+// startRunPath starts server.New on a fresh data directory with the
+// process provider and the copy workspace, serving on loopback. Cleanup
+// stops it and fails the test unless the agent's Run returned.
+func startRunPath(t *testing.T) *runPath {
+	t.Helper()
+	ctx := t.Context()
+	dir := t.TempDir()
+	e := &runPath{dir: dir}
+	var err error
+	if e.store, err = sqlite.Open(ctx, filepath.Join(dir, "bothy.db")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.store.Close() })
+	blobs, err := localblob.Open(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant, err := bothy.NewTenant("runpath", "runpath")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.CreateTenant(ctx, tenant); err != nil {
+		t.Fatal(err)
+	}
+	e.tenant = tenant.ID
+	_, token, err := e.store.CreateToken(ctx, tenant.ID, "runpath", []string{bothy.ScopeAdmin}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.logf, err = os.Create(filepath.Join(dir, "serve.log")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() || testing.Verbose() {
+			b, _ := os.ReadFile(e.logf.Name())
+			t.Logf("server log:\n%s", b)
+		}
+		e.logf.Close()
+	})
+	srv, err := server.New(server.Config{
+		Data: dir, Store: e.store, Blobs: blobs, Profiles: map[string]string{"standard": process.Name},
+		AgentToken: "runpath-agent-token", Providers: []bothy.Provider{process.New()},
+		SupervisorCommand: []string{exe, "supervisor"}, Workspace: hostcache.ModeCopy,
+		Logger: slog.New(slog.NewTextHandler(e.logf, nil)),
+		// A scratch limit makes the provider wrap commands in prlimit and
+		// the agent watch what the copy grows by.
+		Control: control.Config{IdleTimeout: time.Hour, Limits: bothy.Limits{ScratchBytes: 1 << 30}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	hs := &nethttp.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(runCtx, url) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("server Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("server Run did not return within 30 s of its context's end")
+		}
+		hs.Close()
+	})
+	e.client = bhttp.NewClient(url, token)
+	if err := e.client.Health(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// stream reads a command's events from seq after to the end, and returns
+// them with the final command.
+func (e *runPath) stream(t *testing.T, id string, after int64) ([]*bothy.Event, *bothy.Command) {
+	t.Helper()
+	s, err := e.client.Events(t.Context(), id, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var out []*bothy.Event
+	for {
+		ev, err := s.Next()
+		if errors.Is(err, io.EOF) {
+			return out, s.Command()
+		} else if err != nil {
+			t.Fatalf("events of %s after %d: %v", id, after, err)
+		}
+		out = append(out, ev)
+	}
+}
+
+func (e *runPath) readFile(t *testing.T, computerID, p string) string {
+	t.Helper()
+	rc, _, err := e.client.ReadFile(t.Context(), "", computerID, p, 0, -1)
+	if err != nil {
+		t.Fatalf("read %s: %v", p, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("read %s: %v", p, err)
+	}
+	return string(b)
+}
+
+// checkEvents fails unless events are seq 1, 2, … with no gap or
+// duplicate, hold exactly one exit event, which comes after every output
+// event, and their stdout and stderr are wantOut and wantErr.
+func checkEvents(t *testing.T, events []*bothy.Event, wantOut, wantErr string) {
+	t.Helper()
+	var out, errOut strings.Builder
+	exits := 0
+	for i, ev := range events {
+		if ev.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d: %+v", i, ev.Seq, events)
+		}
+		switch ev.Kind {
+		case bothy.EventStdout, bothy.EventStderr:
+			if exits > 0 {
+				t.Errorf("output event %d after the exit event", ev.Seq)
+			}
+			if ev.Kind == bothy.EventStdout {
+				out.Write(ev.Data)
+			} else {
+				errOut.Write(ev.Data)
+			}
+		case bothy.EventExit:
+			exits++
+		}
+	}
+	if exits != 1 {
+		t.Errorf("%d exit events, want 1", exits)
+	}
+	if out.String() != wantOut || errOut.String() != wantErr {
+		t.Errorf("stdout %q, stderr %q; want %q, %q", out.String(), errOut.String(), wantOut, wantErr)
+	}
+}
+
+func completed(cmd *bothy.Command) bool {
+	return cmd != nil && cmd.State == bothy.CommandCompleted && cmd.ExitCode != nil && *cmd.ExitCode == 0
+}
+
+func TestRunPath(t *testing.T) {
+	e := startRunPath(t)
+	ctx := t.Context()
+	c, err := e.client.CreateComputer(ctx, bhttp.CreateComputerRequest{Label: "runpath"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.WriteFile(ctx, "", c.ID, "in.txt", strings.NewReader("hello\n"), bothy.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The command reads the written file, writes another, and prints on
+	// both streams around a pause, so the stream is read while it runs.
+	// It leaves a read-only directory, which the next lease's copy
+	// restores read-only and its teardown must still remove.
+	cmd, err := e.client.RunCommand(ctx, c.ID, bothy.RunRequest{
+		Script: "cat in.txt > out.txt && echo done >> out.txt && cat out.txt && echo warn >&2 && " +
+			"mkdir ro && echo x > ro/f && chmod 555 ro && sleep 0.3 && echo last"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, final := e.stream(t, cmd.ID, 0)
+	if !completed(final) {
+		t.Fatalf("first command ended %+v", final)
+	}
+	checkEvents(t, events, "hello\ndone\nlast\n", "warn\n")
+	firstLease := final.LeaseID
+	// Read again from the start and from the middle: the same events,
+	// each once.
+	again, _ := e.stream(t, cmd.ID, 0)
+	if len(again) != len(events) {
+		t.Fatalf("a second read of the stream has %d events, the first %d", len(again), len(events))
+	}
+	for i := range events {
+		if again[i].Seq != events[i].Seq || again[i].Kind != events[i].Kind || string(again[i].Data) != string(events[i].Data) {
+			t.Fatalf("event %d differs on a second read: %+v, then %+v", i, events[i], again[i])
+		}
+	}
+	if tail, _ := e.stream(t, cmd.ID, 2); len(tail) != len(events)-2 || tail[0].Seq != 3 {
+		t.Fatalf("events after seq 2: %d events from seq %d, want %d from 3", len(tail), tail[0].Seq, len(events)-2)
+	}
+
+	// The lease's workspace is a plain copy (no overlay is mounted), and
+	// the file the command wrote is in it.
+	copies, _ := filepath.Glob(filepath.Join(e.dir, "agent", "leases", "*", "ws", "tree", "out.txt"))
+	if len(copies) != 1 {
+		t.Errorf("the running lease has %d copied workspaces holding out.txt, want 1", len(copies))
+	}
+	if mounts, err := hostcache.OverlayMounts(e.dir); err != nil || len(mounts) != 0 {
+		t.Errorf("overlay mounts under the data directory: %v (%v)", mounts, err)
+	}
+
+	// Stop: the computer goes cold, its files committed.
+	stopped, err := e.client.StopComputer(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stopped.State != bothy.StateCold {
+		t.Fatalf("after stop the computer is %s", stopped.State)
+	}
+	if got := e.readFile(t, c.ID, "out.txt"); got != "hello\ndone\n" {
+		t.Errorf("cold out.txt = %q", got)
+	}
+
+	// Run again on a new lease: both files are there.
+	second, err := e.client.RunCommand(ctx, c.ID, bothy.RunRequest{Argv: []string{"cat", "in.txt", "out.txt", "ro/f"}, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, final = e.stream(t, second.ID, 0)
+	if !completed(final) {
+		t.Fatalf("second command ended %+v", final)
+	}
+	checkEvents(t, events, "hello\nhello\ndone\nx\n", "")
+	if final.LeaseID == "" || final.LeaseID == firstLease {
+		t.Errorf("the second command ran on lease %q, the first on %q: want a new lease", final.LeaseID, firstLease)
+	}
+
+	if _, err := e.client.DestroyComputer(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.checkReleased(t, c.ID)
+}
+
+// checkReleased waits until every lease of the computer is released, and
+// fails unless each was released with no residue and its directory is gone.
+func (e *runPath) checkReleased(t *testing.T, computerID string) {
+	t.Helper()
+	ctx := t.Context()
+	cmds, err := e.store.ListCommands(ctx, e.tenant, bothy.CommandFilter{ComputerID: computerID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases := map[string]bool{}
+	for _, c := range cmds {
+		if c.LeaseID != "" {
+			leases[c.LeaseID] = true
+		}
+	}
+	if len(leases) != 2 {
+		t.Errorf("the computer's commands ran on %d leases, want 2", len(leases))
+	}
+	var wg sync.WaitGroup
+	for id := range leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				l, err := e.store.FindLease(ctx, e.tenant, id)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !l.ReleasedAt.IsZero() {
+					if l.Disposition != bothy.LeaseReleased || l.Residue != "" {
+						t.Errorf("lease %s: disposition %q, residue %q", id, l.Disposition, l.Residue)
+					}
+					break
+				} else if time.Now().After(deadline) {
+					t.Errorf("lease %s is not released 30 s after its computer's destroy", id)
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			deadline = time.Now().Add(10 * time.Second)
+			for {
+				if _, err := os.Lstat(filepath.Join(e.dir, "agent", "leases", id)); errors.Is(err, os.ErrNotExist) {
+					return
+				} else if time.Now().After(deadline) {
+					t.Errorf("lease %s is released, but its directory is still there (%v)", id, err)
+					return
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+}
