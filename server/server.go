@@ -83,6 +83,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.AgentID == "" {
 		cfg.AgentID = "local"
 	}
+	if _, err := hostcache.ParseMode(string(cfg.Workspace)); err != nil {
+		return nil, err
+	}
 	cc := cfg.Control
 	if p := cfg.Policy; p != nil {
 		if err := p.Validate(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/hostcache"
 	"github.com/bothyhq/bothy/process"
 	bserver "github.com/bothyhq/bothy/server"
 )
@@ -33,6 +34,7 @@ type runConfig struct {
 	scratch      string
 	allowPrivate string
 	policyFile   string
+	workspace    string
 	set          map[string]bool // flags given on the command line
 }
 
@@ -47,6 +49,7 @@ func (rc *runConfig) register(fs *flag.FlagSet) {
 	fs.Int64Var(&rc.pids, "lease-pids", 4096, "each lease's limit on processes and threads at once")
 	fs.StringVar(&rc.scratch, "lease-scratch", "10GiB", "each lease's limit on what its commands write (a file may not grow past it; a command whose writes pass it is killed, disk_limited)")
 	fs.StringVar(&rc.allowPrivate, "egress-allow-private", "", "CIDR prefixes (comma-separated) the egress broker may reach although loopback or private; the metadata address stays denied")
+	fs.StringVar(&rc.workspace, "workspace", "overlay", workspaceUsage)
 	fs.StringVar(&rc.policyFile, "policy", "", "policy file (JSON bothy.Policy: profiles, limits, egress_allow_private); replaces --profiles, --lease-* and --egress-allow-private")
 }
 
@@ -186,6 +189,9 @@ func agentID() string {
 	}, host)
 }
 
+// workspaceUsage is the help of serve's and agent's --workspace.
+const workspaceUsage = "how a lease's workspace is made: overlay (an overlayfs over the host cache; needs root) or copy (a plain copy of the base revision; needs no root, for the process provider only)"
+
 // runAgent is `bothy agent --control URL --agent-token-file F`: an agent on
 // another host (or a paired machine) that dials out to a control plane.
 func runAgent(ctx context.Context, args []string) error {
@@ -195,11 +201,12 @@ func runAgent(ctx context.Context, args []string) error {
 	tokenFile := fs.String("agent-token-file", "", "file holding the agent token: the server's DATA/agent.token, or a token with the single scope agent:ID (bothy admin token create --scopes agent:ID --expires D)")
 	id := fs.String("id", agentID(), "the agent's id (an agent:ID token polls as that id only)")
 	allowPrivate := fs.String("egress-allow-private", "", "CIDR prefixes (comma-separated) the egress broker may reach although loopback or private; the metadata address stays denied")
+	workspace := fs.String("workspace", "overlay", workspaceUsage)
 	args, err := parseFlags(fs, &cfg, args)
 	if err != nil {
 		return err
 	} else if len(args) != 0 || *url == "" || *tokenFile == "" {
-		return bothy.Errorf(bothy.EINVALID, "usage: bothy agent --control URL --agent-token-file FILE [--id ID] [--data DIR] [--blobs URL]")
+		return bothy.Errorf(bothy.EINVALID, "usage: bothy agent --control URL --agent-token-file FILE [--id ID] [--data DIR] [--blobs URL] [--workspace overlay|copy]")
 	} else if cfg.blobs == "" {
 		return bothy.Errorf(bothy.EINVALID, "bothy agent needs --blobs: the control plane's blob store (its DATA/blobs, or gs://...)")
 	}
@@ -226,7 +233,7 @@ func runAgent(ctx context.Context, args []string) error {
 		}
 	}
 	ag, err := bserver.NewAgent(bserver.AgentConfig{Data: cfg.data, ID: *id, URL: *url, Token: strings.TrimSpace(string(b)),
-		Blobs: blobs, Providers: providers(), Supervisor: sup, EgressAllowPrivate: allow, Logger: log})
+		Blobs: blobs, Providers: providers(), Supervisor: sup, Workspace: hostcache.Mode(*workspace), EgressAllowPrivate: allow, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/control"
+	"github.com/bothyhq/bothy/hostcache"
 	"github.com/bothyhq/bothy/receipt"
 	"github.com/bothyhq/bothy/secretfile"
 	bserver "github.com/bothyhq/bothy/server"
@@ -91,7 +92,7 @@ func runServe(ctx context.Context, args []string) error {
 			ln.Close()
 			return err
 		}
-		sc.Providers, sc.AgentID = providers(), agentID()
+		sc.Providers, sc.AgentID, sc.Workspace = providers(), agentID(), hostcache.Mode(rc.workspace)
 	}
 	s, err := bserver.New(sc)
 	if err != nil {
