@@ -40,31 +40,33 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// runPath is a running server with an in-process agent, and a client of
-// its API.
+// runPath is a server with an in-process agent on one data directory,
+// and a client of its API.
 type runPath struct {
 	dir    string
 	store  bothy.Store
-	client *bhttp.Client
+	blobs  bothy.BlobStore
 	tenant string
+	token  string
+	exe    string
 	logf   *os.File
+	client *bhttp.Client
+	stop   func() // stops the running server; idempotent
 }
 
-// startRunPath starts server.New on a fresh data directory with the
-// process provider and the copy workspace, serving on loopback. Cleanup
-// stops it and fails the test unless the agent's Run returned.
+// startRunPath makes a fresh data directory, store and tenant and starts
+// the server on it (start). Cleanup stops it.
 func startRunPath(t *testing.T) *runPath {
 	t.Helper()
 	ctx := t.Context()
 	dir := t.TempDir()
-	e := &runPath{dir: dir}
+	e := &runPath{dir: dir, stop: func() {}}
 	var err error
 	if e.store, err = sqlite.Open(ctx, filepath.Join(dir, "bothy.db")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.store.Close() })
-	blobs, err := localblob.Open(filepath.Join(dir, "blobs"))
-	if err != nil {
+	if e.blobs, err = localblob.Open(filepath.Join(dir, "blobs")); err != nil {
 		t.Fatal(err)
 	}
 	tenant, err := bothy.NewTenant("runpath", "runpath")
@@ -75,28 +77,36 @@ func startRunPath(t *testing.T) *runPath {
 		t.Fatal(err)
 	}
 	e.tenant = tenant.ID
-	_, token, err := e.store.CreateToken(ctx, tenant.ID, "runpath", []string{bothy.ScopeAdmin}, time.Time{})
-	if err != nil {
+	if _, e.token, err = e.store.CreateToken(ctx, tenant.ID, "runpath", []string{bothy.ScopeAdmin}, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	exe, err := os.Executable()
-	if err != nil {
+	if e.exe, err = os.Executable(); err != nil {
 		t.Fatal(err)
 	}
 	if e.logf, err = os.Create(filepath.Join(dir, "serve.log")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		e.stop()
 		if t.Failed() || testing.Verbose() {
 			b, _ := os.ReadFile(e.logf.Name())
 			t.Logf("server log:\n%s", b)
 		}
 		e.logf.Close()
 	})
+	e.start(t)
+	return e
+}
+
+// start runs server.New on the data directory with the process provider
+// and the copy workspace, serving on a new loopback port, and points the
+// client at it. stop ends it and fails the test unless its Run returns.
+func (e *runPath) start(t *testing.T) {
+	t.Helper()
 	srv, err := server.New(server.Config{
-		Data: dir, Store: e.store, Blobs: blobs, Profiles: map[string]string{"standard": process.Name},
+		Data: e.dir, Store: e.store, Blobs: e.blobs, Profiles: map[string]string{"standard": process.Name},
 		AgentToken: "runpath-agent-token", Providers: []bothy.Provider{process.New()},
-		SupervisorCommand: []string{exe, "supervisor"}, Workspace: hostcache.ModeCopy,
+		SupervisorCommand: []string{e.exe, "supervisor"}, Workspace: hostcache.ModeCopy,
 		Logger: slog.New(slog.NewTextHandler(e.logf, nil)),
 		// A scratch limit makes the provider wrap commands in prlimit and
 		// the agent watch what the copy grows by.
@@ -112,26 +122,28 @@ func startRunPath(t *testing.T) *runPath {
 	url := "http://" + ln.Addr().String()
 	hs := &nethttp.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)
-	runCtx, stop := context.WithCancel(context.Background())
+	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(runCtx, url) }()
-	t.Cleanup(func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("server Run: %v", err)
+	var once sync.Once
+	e.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("server Run: %v", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Errorf("server Run did not return within 30 s of its context's end")
 			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("server Run did not return within 30 s of its context's end")
-		}
-		hs.Close()
-	})
-	e.client = bhttp.NewClient(url, token)
-	if err := e.client.Health(ctx); err != nil {
+			hs.Close()
+		})
+	}
+	e.client = bhttp.NewClient(url, e.token)
+	if err := e.client.Health(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	return e
 }
 
 // stream reads a command's events from seq after to the end, and returns
@@ -287,12 +299,84 @@ func TestRunPath(t *testing.T) {
 	if _, err := e.client.DestroyComputer(ctx, c.ID); err != nil {
 		t.Fatal(err)
 	}
-	e.checkReleased(t, c.ID)
+	e.checkReleased(t, c.ID, 2)
+}
+
+// TestRunPath_Restart restarts the server, and its in-process agent, while
+// a command runs: the supervisor outlives them, the new agent takes the
+// lease over with its copied workspace as it was, the command's events
+// come once each, in order, and the next command runs on the same lease.
+func TestRunPath_Restart(t *testing.T) {
+	e := startRunPath(t)
+	ctx := t.Context()
+	c, err := e.client.CreateComputer(ctx, bhttp.CreateComputerRequest{Label: "runpath-restart"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.WriteFile(ctx, "", c.ID, "in.txt", strings.NewReader("hello\n"), bothy.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := e.client.RunCommand(ctx, c.ID, bothy.RunRequest{Script: "echo one > one.txt", Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	} else if !completed(first) {
+		t.Fatalf("first command ended %+v", first)
+	}
+	cmd, err := e.client.RunCommand(ctx, c.ID, bothy.RunRequest{Script: "echo before && sleep 1 && cat in.txt && echo two > two.txt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Wait until it runs, so the restart falls in its middle.
+	s, err := e.client.Events(ctx, cmd.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			t.Fatalf("events before the restart: %v", err)
+		} else if ev.Kind == bothy.EventStdout {
+			break
+		}
+	}
+	s.Close()
+	e.stop()
+	e.start(t)
+
+	events, final := e.stream(t, cmd.ID, 0)
+	if !completed(final) {
+		t.Fatalf("the command running across the restart ended %+v", final)
+	}
+	checkEvents(t, events, "before\nhello\n", "")
+	next, err := e.client.RunCommand(ctx, c.ID, bothy.RunRequest{Argv: []string{"cat", "one.txt", "two.txt"}, Wait: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, final = e.stream(t, next.ID, 0)
+	if !completed(final) {
+		t.Fatalf("the command after the restart ended %+v", final)
+	}
+	checkEvents(t, events, "one\ntwo\n", "")
+	if final.LeaseID != first.LeaseID {
+		t.Errorf("the command after the restart ran on lease %s, not on %s, which the new agent should have taken over", final.LeaseID, first.LeaseID)
+	}
+	if stopped, err := e.client.StopComputer(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	} else if stopped.State != bothy.StateCold {
+		t.Fatalf("after stop the computer is %s", stopped.State)
+	}
+	if got := e.readFile(t, c.ID, "two.txt"); got != "two\n" {
+		t.Errorf("cold two.txt = %q", got)
+	}
+	if _, err := e.client.DestroyComputer(ctx, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.checkReleased(t, c.ID, 1)
 }
 
 // checkReleased waits until every lease of the computer is released, and
 // fails unless each was released with no residue and its directory is gone.
-func (e *runPath) checkReleased(t *testing.T, computerID string) {
+func (e *runPath) checkReleased(t *testing.T, computerID string, want int) {
 	t.Helper()
 	ctx := t.Context()
 	cmds, err := e.store.ListCommands(ctx, e.tenant, bothy.CommandFilter{ComputerID: computerID})
@@ -305,8 +389,8 @@ func (e *runPath) checkReleased(t *testing.T, computerID string) {
 			leases[c.LeaseID] = true
 		}
 	}
-	if len(leases) != 2 {
-		t.Errorf("the computer's commands ran on %d leases, want 2", len(leases))
+	if len(leases) != want {
+		t.Errorf("the computer's commands ran on %d leases, want %d", len(leases), want)
 	}
 	var wg sync.WaitGroup
 	for id := range leases {
