@@ -149,7 +149,8 @@ func (c *Copy) Checkpoint(ctx context.Context, base *checkpoint.Snapshot, opts C
 }
 
 // WrittenBytes is the disk usage of the tree less that of the restored
-// base: what the lease added (deleting base files lowers it).
+// base, at least 0: what the lease added, net of what it deleted of the
+// base (an overlay's upper layer counts only what was written).
 func (c *Copy) WrittenBytes() int64 { return max(0, treeBytes(c.Path())-c.baseBytes) }
 
 // Remove deletes DIR and everything in it, read-only directories too. It
