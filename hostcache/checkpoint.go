@@ -36,6 +36,16 @@ type CheckpointOptions struct {
 	BaseSize, BaseFileCount int64
 }
 
+// parent returns Parent, or base when it is nil.
+func (o CheckpointOptions) parent(base *checkpoint.Snapshot) (*checkpoint.Snapshot, error) {
+	if o.Parent == nil {
+		return base, nil
+	} else if o.Parent.Repo() != base.Repo() {
+		return nil, bothy.Errorf(bothy.EINVALID, "checkpoint: parent snapshot belongs to another repo")
+	}
+	return o.Parent, nil
+}
+
 // Result is the outcome of a checkpoint of a lease: what to commit.
 type Result struct {
 	Root checkpoint.Hash
@@ -75,11 +85,9 @@ type Stats struct {
 // Unchanged base subtrees are reused by digest; changed trees are written
 // bottom-up. The root equals that of a full Repo.Checkpoint of Merged.
 func (m *Overlay) Checkpoint(ctx context.Context, base *checkpoint.Snapshot, opts CheckpointOptions) (*Result, error) {
-	parent := opts.Parent
-	if parent == nil {
-		parent = base
-	} else if parent.Repo() != base.Repo() {
-		return nil, bothy.Errorf(bothy.EINVALID, "checkpoint: parent snapshot belongs to another repo")
+	parent, err := opts.parent(base)
+	if err != nil {
+		return nil, err
 	}
 	s := &scan{base: base, w: parent.NewWriter(), size: opts.BaseSize, files: opts.BaseFileCount}
 	root, err := s.run(ctx, m.Upper)

@@ -135,11 +135,9 @@ func (c *Copy) baseBytesFile() string { return filepath.Join(c.Dir, "base.bytes"
 // BaseSize and BaseFileCount are not needed, since the scan counts every
 // file.
 func (c *Copy) Checkpoint(ctx context.Context, base *checkpoint.Snapshot, opts CheckpointOptions) (*Result, error) {
-	parent := opts.Parent
-	if parent == nil {
-		parent = base
-	} else if parent.Repo() != base.Repo() {
-		return nil, bothy.Errorf(bothy.EINVALID, "checkpoint: parent snapshot belongs to another repo")
+	parent, err := opts.parent(base)
+	if err != nil {
+		return nil, err
 	}
 	res, err := parent.Repo().Checkpoint(ctx, c.Path(), parent, checkpoint.CheckpointOptions{StatCache: c.statCache()})
 	if err != nil {

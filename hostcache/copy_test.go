@@ -17,16 +17,24 @@ import (
 
 // These tests need no root: a Copy mounts nothing.
 
+// randomBase writes a random tree of files entries and returns a repo,
+// the tree's directory and its snapshot.
+func randomBase(t *testing.T, rng *mrand.Rand, files int) (*checkpoint.Repo, string, *checkpoint.Snapshot) {
+	t.Helper()
+	repo := newRepo(t)
+	src := t.TempDir()
+	writeTree(t, src, rng, files)
+	base, _ := snapshotOf(t, repo, src)
+	return repo, src, base
+}
+
 // TestCopyIn_Checkpoint: a copy holds the base exactly, and each
 // checkpoint of it, incremental through its stat cache, has the root and
 // totals of a full checkpoint of the same tree without one.
 func TestCopyIn_Checkpoint(t *testing.T) {
 	ctx := context.Background()
-	repo := newRepo(t)
 	rng := mrand.New(mrand.NewPCG(42, 9))
-	src := t.TempDir()
-	writeTree(t, src, rng, 150)
-	base, _ := snapshotOf(t, repo, src)
+	repo, src, base := randomBase(t, rng, 150)
 	c, err := hostcache.CopyIn(ctx, base, filepath.Join(t.TempDir(), "ws"))
 	must(t, err)
 	if got, want := hashTree(t, c.Path()), hashTree(t, src); got != want {
@@ -147,10 +155,7 @@ func ownerWritable(t *testing.T, dir string) {
 // again.
 func TestCopyIn_Interrupted(t *testing.T) {
 	ctx := context.Background()
-	repo := newRepo(t)
-	src := t.TempDir()
-	writeTree(t, src, mrand.New(mrand.NewPCG(1, 2)), 30)
-	base, _ := snapshotOf(t, repo, src)
+	_, src, base := randomBase(t, mrand.New(mrand.NewPCG(1, 2)), 30)
 	dir := filepath.Join(t.TempDir(), "ws")
 	must(t, os.MkdirAll(filepath.Join(dir, "tree.tmp", "partial"), 0o755))
 	c, err := hostcache.CopyIn(ctx, base, dir)

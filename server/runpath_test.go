@@ -214,39 +214,67 @@ func checkEvents(t *testing.T, events []*bothy.Event, wantOut, wantErr string) {
 	}
 }
 
-func completed(cmd *bothy.Command) bool {
-	return cmd != nil && cmd.State == bothy.CommandCompleted && cmd.ExitCode != nil && *cmd.ExitCode == 0
+// newComputer creates a cold computer and writes in.txt into it.
+func (e *runPath) newComputer(t *testing.T, label string) *bothy.Computer {
+	t.Helper()
+	c, err := e.client.CreateComputer(t.Context(), bhttp.CreateComputerRequest{Label: label})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.client.WriteFile(t.Context(), "", c.ID, "in.txt", strings.NewReader("hello\n"), bothy.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// run submits a command and returns it without waiting.
+func (e *runPath) run(t *testing.T, computerID string, req bothy.RunRequest) *bothy.Command {
+	t.Helper()
+	cmd, err := e.client.RunCommand(t.Context(), computerID, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// finish streams a command's events to its end, fails unless it completed
+// with exit code 0 and checkEvents holds, and returns its final state.
+func (e *runPath) finish(t *testing.T, id, wantOut, wantErr string) *bothy.Command {
+	t.Helper()
+	events, final := e.stream(t, id, 0)
+	if final == nil || final.State != bothy.CommandCompleted || final.ExitCode == nil || *final.ExitCode != 0 {
+		t.Fatalf("command %s ended %+v", id, final)
+	}
+	checkEvents(t, events, wantOut, wantErr)
+	return final
+}
+
+// stopCold stops a computer and fails unless it is cold.
+func (e *runPath) stopCold(t *testing.T, computerID string) {
+	t.Helper()
+	c, err := e.client.StopComputer(t.Context(), computerID)
+	if err != nil {
+		t.Fatal(err)
+	} else if c.State != bothy.StateCold {
+		t.Fatalf("after stop the computer is %s", c.State)
+	}
 }
 
 func TestRunPath(t *testing.T) {
 	e := startRunPath(t)
-	ctx := t.Context()
-	c, err := e.client.CreateComputer(ctx, bhttp.CreateComputerRequest{Label: "runpath"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.client.WriteFile(ctx, "", c.ID, "in.txt", strings.NewReader("hello\n"), bothy.WriteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c := e.newComputer(t, "runpath")
 
 	// The command reads the written file, writes another, and prints on
 	// both streams around a pause, so the stream is read while it runs.
 	// It leaves a read-only directory, which the next lease's copy
 	// restores read-only and its teardown must still remove.
-	cmd, err := e.client.RunCommand(ctx, c.ID, bothy.RunRequest{
+	cmd := e.run(t, c.ID, bothy.RunRequest{
 		Script: "cat in.txt > out.txt && echo done >> out.txt && cat out.txt && echo warn >&2 && " +
 			"mkdir ro && echo x > ro/f && chmod 555 ro && sleep 0.3 && echo last"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	events, final := e.stream(t, cmd.ID, 0)
-	if !completed(final) {
-		t.Fatalf("first command ended %+v", final)
-	}
-	checkEvents(t, events, "hello\ndone\nlast\n", "warn\n")
-	firstLease := final.LeaseID
+	first := e.finish(t, cmd.ID, "hello\ndone\nlast\n", "warn\n")
 	// Read again from the start and from the middle: the same events,
 	// each once.
+	events, _ := e.stream(t, cmd.ID, 0)
 	again, _ := e.stream(t, cmd.ID, 0)
 	if len(again) != len(events) {
 		t.Fatalf("a second read of the stream has %d events, the first %d", len(again), len(events))
@@ -271,32 +299,19 @@ func TestRunPath(t *testing.T) {
 	}
 
 	// Stop: the computer goes cold, its files committed.
-	stopped, err := e.client.StopComputer(ctx, c.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stopped.State != bothy.StateCold {
-		t.Fatalf("after stop the computer is %s", stopped.State)
-	}
+	e.stopCold(t, c.ID)
 	if got := e.readFile(t, c.ID, "out.txt"); got != "hello\ndone\n" {
 		t.Errorf("cold out.txt = %q", got)
 	}
 
 	// Run again on a new lease: both files are there.
-	second, err := e.client.RunCommand(ctx, c.ID, bothy.RunRequest{Argv: []string{"cat", "in.txt", "out.txt", "ro/f"}, Wait: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	events, final = e.stream(t, second.ID, 0)
-	if !completed(final) {
-		t.Fatalf("second command ended %+v", final)
-	}
-	checkEvents(t, events, "hello\nhello\ndone\nx\n", "")
-	if final.LeaseID == "" || final.LeaseID == firstLease {
-		t.Errorf("the second command ran on lease %q, the first on %q: want a new lease", final.LeaseID, firstLease)
+	second := e.run(t, c.ID, bothy.RunRequest{Argv: []string{"cat", "in.txt", "out.txt", "ro/f"}, Wait: true})
+	final := e.finish(t, second.ID, "hello\nhello\ndone\nx\n", "")
+	if final.LeaseID == "" || final.LeaseID == first.LeaseID {
+		t.Errorf("the second command ran on lease %q, the first on %q: want a new lease", final.LeaseID, first.LeaseID)
 	}
 
-	if _, err := e.client.DestroyComputer(ctx, c.ID); err != nil {
+	if _, err := e.client.DestroyComputer(t.Context(), c.ID); err != nil {
 		t.Fatal(err)
 	}
 	e.checkReleased(t, c.ID, 2)
@@ -308,26 +323,11 @@ func TestRunPath(t *testing.T) {
 // come once each, in order, and the next command runs on the same lease.
 func TestRunPath_Restart(t *testing.T) {
 	e := startRunPath(t)
-	ctx := t.Context()
-	c, err := e.client.CreateComputer(ctx, bhttp.CreateComputerRequest{Label: "runpath-restart"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.client.WriteFile(ctx, "", c.ID, "in.txt", strings.NewReader("hello\n"), bothy.WriteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	first, err := e.client.RunCommand(ctx, c.ID, bothy.RunRequest{Script: "echo one > one.txt", Wait: true})
-	if err != nil {
-		t.Fatal(err)
-	} else if !completed(first) {
-		t.Fatalf("first command ended %+v", first)
-	}
-	cmd, err := e.client.RunCommand(ctx, c.ID, bothy.RunRequest{Script: "echo before && sleep 1 && cat in.txt && echo two > two.txt"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := e.newComputer(t, "runpath-restart")
+	first := e.finish(t, e.run(t, c.ID, bothy.RunRequest{Script: "echo one > one.txt", Wait: true}).ID, "", "")
+	cmd := e.run(t, c.ID, bothy.RunRequest{Script: "echo before && sleep 1 && cat in.txt && echo two > two.txt"})
 	// Wait until it runs, so the restart falls in its middle.
-	s, err := e.client.Events(ctx, cmd.ID, 0)
+	s, err := e.client.Events(t.Context(), cmd.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,32 +343,16 @@ func TestRunPath_Restart(t *testing.T) {
 	e.stop()
 	e.start(t)
 
-	events, final := e.stream(t, cmd.ID, 0)
-	if !completed(final) {
-		t.Fatalf("the command running across the restart ended %+v", final)
-	}
-	checkEvents(t, events, "before\nhello\n", "")
-	next, err := e.client.RunCommand(ctx, c.ID, bothy.RunRequest{Argv: []string{"cat", "one.txt", "two.txt"}, Wait: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	events, final = e.stream(t, next.ID, 0)
-	if !completed(final) {
-		t.Fatalf("the command after the restart ended %+v", final)
-	}
-	checkEvents(t, events, "one\ntwo\n", "")
-	if final.LeaseID != first.LeaseID {
+	e.finish(t, cmd.ID, "before\nhello\n", "")
+	next := e.run(t, c.ID, bothy.RunRequest{Argv: []string{"cat", "one.txt", "two.txt"}, Wait: true})
+	if final := e.finish(t, next.ID, "one\ntwo\n", ""); final.LeaseID != first.LeaseID {
 		t.Errorf("the command after the restart ran on lease %s, not on %s, which the new agent should have taken over", final.LeaseID, first.LeaseID)
 	}
-	if stopped, err := e.client.StopComputer(ctx, c.ID); err != nil {
-		t.Fatal(err)
-	} else if stopped.State != bothy.StateCold {
-		t.Fatalf("after stop the computer is %s", stopped.State)
-	}
+	e.stopCold(t, c.ID)
 	if got := e.readFile(t, c.ID, "two.txt"); got != "two\n" {
 		t.Errorf("cold two.txt = %q", got)
 	}
-	if _, err := e.client.DestroyComputer(ctx, c.ID); err != nil {
+	if _, err := e.client.DestroyComputer(t.Context(), c.ID); err != nil {
 		t.Fatal(err)
 	}
 	e.checkReleased(t, c.ID, 1)
