@@ -359,7 +359,10 @@ func (a *Agent) recover(ctx context.Context) {
 		}
 		if err != nil || rec.LeaseID != d.Name() {
 			a.log.Warn("lease directory without a readable record; removing its layers", "dir", dir, "err", err)
+			// Its mode is unknown: an overlay's removal, then a copy's,
+			// which never deletes through what is still mounted.
 			(&hostcache.Overlay{Merged: filepath.Join(dir, "ws", "merged")}).Remove(ctx)
+			(&hostcache.Copy{Dir: filepath.Join(dir, "ws")}).Remove(ctx)
 			os.RemoveAll(dir)
 			continue
 		}
