@@ -219,7 +219,7 @@ func (c *Controller) authAgent(ctx context.Context, token, agentID string) error
 // now from the secret service: they go to the runtime in the run action
 // and are kept nowhere by the control plane. A secret that cannot be read
 // fails the command with the reason.
-func (c *Controller) withSecrets(ctx context.Context, cmd *bothy.Command, spec *runtime.Spec) (*runtime.Spec, error) {
+func (c *Controller) withSecrets(ctx context.Context, cmd *bothy.Command, spec *bothy.RunSpec) (*bothy.RunSpec, error) {
 	if len(cmd.Secrets) == 0 {
 		return spec, nil
 	} else if c.cfg.Secrets == nil {
@@ -252,7 +252,7 @@ func (c *Controller) commandWork(ctx context.Context, l *leaseState, cmd *bothy.
 			return nil, nil // the next lease runs it
 		}
 		if spec == nil {
-			spec = &runtime.Spec{Argv: cmd.Argv, Script: cmd.Script, Cwd: cmd.Cwd, TimeoutMS: cmd.TimeoutMS, Limits: cmd.Limits}
+			spec = &bothy.RunSpec{Argv: cmd.Argv, Script: cmd.Script, Cwd: cmd.Cwd, TimeoutMS: cmd.TimeoutMS, Limits: cmd.Limits}
 			if len(cmd.EnvNames) > 0 {
 				// Values are never stored; they died with the process that
 				// admitted the command.
@@ -558,13 +558,13 @@ func (c *Controller) Report(ctx context.Context, cred, commandID string, r *runt
 		return err
 	}
 	switch r.State {
-	case runtime.ReportRunning:
+	case bothy.RunRunning:
 		c.fault(faultBeforeRunReply)
 		if bothy.CommandTerminal(cmd.State) {
 			return nil
 		}
 		return toRunning()
-	case runtime.ReportNeverSeen:
+	case bothy.RunNeverSeen:
 		if cmd.State == bothy.CommandDispatched {
 			// Sent to run and refused unseen: the runtime is tearing the
 			// lease down. It gets nothing more to run.
@@ -587,7 +587,7 @@ func (c *Controller) Report(ctx context.Context, cred, commandID string, r *runt
 		c.log.Info("command never reached its runtime; it will be dispatched once more", "command", commandID)
 		c.changed()
 		return nil
-	case runtime.ReportFinished, runtime.ReportFailed, runtime.ReportLost:
+	case bothy.RunFinished, bothy.RunFailed, bothy.RunLost:
 		if bothy.CommandTerminal(cmd.State) {
 			return nil
 		} else if cmd.LastSeq < r.LastSeq {
@@ -598,9 +598,9 @@ func (c *Controller) Report(ctx context.Context, cred, commandID string, r *runt
 		}
 		to, u := bothy.CommandFailed, bothy.CommandUpdate{Generation: gen, RevisionAfter: r.RevisionAfter, OutputDigest: r.OutputDigest}
 		switch {
-		case r.State == runtime.ReportLost:
+		case r.State == bothy.RunLost:
 			to = bothy.CommandLost
-		case r.State == runtime.ReportFinished && r.Exit != nil:
+		case r.State == bothy.RunFinished && r.Exit != nil:
 			code := r.Exit.ExitCode
 			u.ExitCode, u.Signal, u.DurationMS = &code, r.Exit.Signal, r.Exit.Duration.Milliseconds()
 			use := r.Exit.Usage

@@ -273,7 +273,7 @@ func (s *server) load() error {
 			continue
 		}
 		if j.terminal == nil {
-			b, _ := json.Marshal(finalState{State: StateLost, Reason: "the supervisor died while the command ran; its processes were killed"})
+			b, _ := json.Marshal(FinalState{State: bothy.RunLost, Reason: "the supervisor died while the command ran; its processes were killed"})
 			if err := j.finish(kindState, b); err != nil {
 				return fmt.Errorf("mark command %s lost: %w", id, err)
 			}
@@ -312,7 +312,7 @@ func (s *server) flush(ctx context.Context) {
 
 func (s *server) handle(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
-	line, err := bufio.NewReaderSize(io.LimitReader(conn, 4*MaxStdin), 64<<10).ReadBytes('\n')
+	line, err := bufio.NewReaderSize(io.LimitReader(conn, 4*bothy.MaxStdinBytes), 64<<10).ReadBytes('\n')
 	if err != nil {
 		return
 	}
@@ -382,7 +382,7 @@ func (s *server) lookup(id string) *command {
 
 func (s *server) status(id string, existing bool) *Status {
 	c := s.lookup(id)
-	st := &Status{CommandID: id, State: StateNeverSeen}
+	st := &Status{CommandID: id, State: bothy.RunNeverSeen}
 	if c == nil {
 		return st
 	}
@@ -394,13 +394,13 @@ func (s *server) status(id string, existing bool) *Status {
 	st.LastSeq, st.Truncated = j.lastSeq, j.truncated
 	switch t := j.terminal; {
 	case t == nil:
-		st.State = StateRunning
+		st.State = bothy.RunRunning
 	case t.Kind == kindExit:
-		st.State = StateFinished
-		st.Exit = new(Exit)
+		st.State = bothy.RunFinished
+		st.Exit = new(bothy.Exit)
 		json.Unmarshal(t.Data, st.Exit)
 	default:
-		var f finalState
+		var f FinalState
 		json.Unmarshal(t.Data, &f)
 		st.State, st.Error = f.State, f.Error
 	}
