@@ -34,8 +34,9 @@ type Provider interface {
 	// Exec runs one command in the sandbox and waits for it. The command's
 	// own failure (a non-zero exit, a signal, the timeout, the memory or
 	// pids limit) is a result, not an error; an error means the command
-	// could not be run or waited for (an invalid spec is EINVALID, a Cwd
-	// that escapes the workspace is EINVALIDPATH, a stopped sandbox is
+	// could not be run or waited for (an invalid spec is EINVALID, one
+	// over MaxCommandArgs or MaxCommandBytes ETOOLARGE, a Cwd that
+	// escapes the workspace is EINVALIDPATH, a stopped sandbox is
 	// ENOTFOUND).
 	//
 	// The command ends when its main process exits. What it left running
