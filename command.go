@@ -2,8 +2,11 @@ package bothy
 
 import (
 	"context"
+	"maps"
 	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Command states. A command is dispatched at most once: nothing moves it
@@ -166,10 +169,8 @@ func (c *Command) Validate() error {
 		return Errorf(EINVALID, "idempotency key must be at most %d bytes", MaxIdempotencyKeyLen)
 	} else if len(c.WorkJobID) > MaxWorkJobIDLen {
 		return Errorf(EINVALID, "work_job_id must be at most %d bytes", MaxWorkJobIDLen)
-	} else if (len(c.Argv) == 0) == (c.Script == "") {
-		return Errorf(EINVALID, "a command needs exactly one of argv and script")
-	} else if len(c.Argv) > MaxCommandArgs {
-		return Errorf(ETOOLARGE, "a command may have at most %d arguments", MaxCommandArgs)
+	} else if err := validateProgram(c.Argv, c.Script); err != nil {
+		return err
 	} else if c.TimeoutMS < 0 {
 		return Errorf(EINVALID, "command timeout must not be negative")
 	} else if l := c.Limits; l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 {
@@ -177,19 +178,39 @@ func (c *Command) Validate() error {
 	} else if len(c.Cwd) > 4096 {
 		return Errorf(EINVALID, "command cwd must be at most 4096 bytes")
 	}
-	n := len(c.Script)
-	for _, a := range c.Argv {
-		n += len(a)
-	}
-	if n > MaxCommandBytes {
-		return Errorf(ETOOLARGE, "command argv and script must be at most %d bytes", MaxCommandBytes)
-	}
 	for _, name := range c.EnvNames {
 		if err := validateEnvName(name); err != nil {
 			return err
 		}
 	}
 	return validateSecretRefs(c.Secrets, nil)
+}
+
+// validateProgram is the one check of what a command runs, made by every
+// Validate that holds one (RunRequest, RunSpec, ExecSpec, Command): exactly
+// one of argv and script, a program that is not empty, no NUL byte, and
+// at most MaxCommandArgs arguments and MaxCommandBytes in all.
+func validateProgram(argv []string, script string) error {
+	if (len(argv) == 0) == (script == "") {
+		return Errorf(EINVALID, "a command needs exactly one of argv and script")
+	} else if len(argv) > 0 && argv[0] == "" {
+		return Errorf(EINVALID, "a command's program must not be empty")
+	} else if len(argv) > MaxCommandArgs {
+		return Errorf(ETOOLARGE, "a command may have at most %d arguments", MaxCommandArgs)
+	}
+	n := len(script)
+	for _, a := range argv {
+		if strings.IndexByte(a, 0) >= 0 {
+			return Errorf(EINVALID, "a command's arguments must not hold NUL bytes")
+		}
+		n += len(a)
+	}
+	if strings.IndexByte(script, 0) >= 0 {
+		return Errorf(EINVALID, "a command's script must not hold NUL bytes")
+	} else if n > MaxCommandBytes {
+		return Errorf(ETOOLARGE, "command argv and script must be at most %d bytes", MaxCommandBytes)
+	}
+	return nil
 }
 
 // validateEnvName accepts a POSIX-like name: letters, digits and '_', not
@@ -204,6 +225,90 @@ func validateEnvName(name string) error {
 		}
 	}
 	return nil
+}
+
+// Run states: what the runtime that was sent a command knows of it. The
+// per-lease supervisor's status says one, and the runtime reports it to
+// the control plane as it is (runtime.Report).
+const (
+	// RunNeverSeen: the supervisor has no journal of the command, so it
+	// never started it and it may be dispatched once more.
+	RunNeverSeen = "never_seen"
+	// RunRunning: accepted, and its process may be running.
+	RunRunning = "running"
+	// RunFinished: the process ended; its Exit says how.
+	RunFinished = "finished"
+	// RunFailed: the provider could not run the command.
+	RunFailed = "failed"
+	// RunLost: the supervisor that ran the command died while it ran; its
+	// process was killed at the supervisor's restart, its output up to
+	// then is kept, and it is never run again.
+	RunLost = "lost"
+)
+
+// RunSpec is a command as a runtime runs it: what the control plane sends
+// the runtime in a run action, what the runtime passes to the lease's
+// supervisor, and, but for the secrets, what the supervisor journals
+// before it starts the command.
+type RunSpec struct {
+	Argv   []string          `json:"argv,omitempty"`
+	Script string            `json:"script,omitempty"`
+	Cwd    string            `json:"cwd,omitempty"`
+	Env    map[string]string `json:"env,omitempty"`
+	// Secrets are the values of the command's secrets, by environment
+	// variable: they join the command's environment, are written to no
+	// file and are redacted from its output. A value must be text (UTF-8,
+	// no NUL), and a variable must not also be in Env or SecretFiles.
+	Secrets map[string]string `json:"secrets,omitempty"`
+	// SecretFiles are secrets given as files (ExecSpec.SecretFiles):
+	// variable → value, kept and redacted as Secrets are.
+	SecretFiles map[string]string `json:"secret_files,omitempty"`
+	Stdin       []byte            `json:"stdin,omitempty"`
+	TimeoutMS   int64             `json:"timeout_ms,omitempty"`
+	// Limits are the command's own limits, within the lease's
+	// (ExecSpec.Limits).
+	Limits Limits `json:"limits,omitzero"`
+}
+
+// Validate reports whether s can be run. It is the check that
+// RunRequest.Validate makes at the API, and that a supervisor makes again
+// on the run it is sent.
+func (s *RunSpec) Validate() error {
+	if len(s.Stdin) > MaxStdinBytes {
+		return Errorf(ETOOLARGE, "stdin must be at most %d bytes", MaxStdinBytes)
+	}
+	// JSON would silently replace invalid UTF-8, and a secret changed on
+	// the way would be neither right in the environment nor redacted.
+	for _, m := range []map[string]string{s.Secrets, s.SecretFiles} {
+		for k, v := range m {
+			if !utf8.ValidString(v) {
+				return Errorf(EINVALID, "secret %s is not valid UTF-8: a secret's value must be text", k)
+			}
+		}
+	}
+	return validateRun(s.Argv, s.Script, s.Cwd, s.timeout(), s.Limits, s.Env, s.Secrets, s.SecretFiles)
+}
+
+func (s *RunSpec) timeout() time.Duration { return time.Duration(s.TimeoutMS) * time.Millisecond }
+
+// ExecSpec returns s as a provider runs it: its Env is a new map that holds
+// s.Env and s.Secrets, and its Stdin, Stdout and Stderr are unset.
+func (s *RunSpec) ExecSpec() ExecSpec {
+	env := make(map[string]string, len(s.Env)+len(s.Secrets)+1)
+	maps.Copy(env, s.Env)
+	maps.Copy(env, s.Secrets)
+	return ExecSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Env: env, Timeout: s.timeout(), SecretFiles: s.SecretFiles, Limits: s.Limits}
+}
+
+// Exit is how a command's process ended, as its exit event states it: the
+// provider's result and what the supervisor adds.
+type Exit struct {
+	ExecResult
+	// Cancelled reports that a cancel (or the supervisor's shutdown)
+	// killed the command.
+	Cancelled bool `json:"cancelled,omitempty"`
+	// DroppedBytes counts the output dropped after the truncated event.
+	DroppedBytes int64 `json:"dropped_bytes,omitempty"`
 }
 
 // CommandFilter selects commands of one tenant. Empty fields match all.

@@ -1,9 +1,6 @@
 package bothy
 
-import (
-	"context"
-	"time"
-)
+import "context"
 
 // Limits on a RunRequest beyond those of Command.
 const (
@@ -47,16 +44,18 @@ type RunRequest struct {
 
 // Validate reports whether r can be admitted.
 func (r *RunRequest) Validate() error {
-	if len(r.Stdin) > MaxStdinBytes {
-		return Errorf(ETOOLARGE, "stdin must be at most %d bytes", MaxStdinBytes)
-	} else if len(r.WorkJobID) > MaxWorkJobIDLen {
+	if len(r.WorkJobID) > MaxWorkJobIDLen {
 		return Errorf(EINVALID, "work_job_id must be at most %d bytes", MaxWorkJobIDLen)
-	}
-	spec := ExecSpec{Argv: r.Argv, Script: r.Script, Cwd: r.Cwd, Env: r.Env, Timeout: time.Duration(r.TimeoutMS) * time.Millisecond, Limits: r.Limits}
-	if err := spec.Validate(); err != nil {
+	} else if err := r.Spec().Validate(); err != nil {
 		return err
 	}
 	return validateSecretRefs(r.Secrets, r.Env)
+}
+
+// Spec returns the command that r runs, without the values of its
+// secrets, which are read only when it is dispatched.
+func (r *RunRequest) Spec() *RunSpec {
+	return &RunSpec{Argv: r.Argv, Script: r.Script, Cwd: r.Cwd, Env: r.Env, Stdin: []byte(r.Stdin), TimeoutMS: r.TimeoutMS, Limits: r.Limits}
 }
 
 // MaxCommandSecrets bounds the secrets of one command.

@@ -34,8 +34,9 @@ type Provider interface {
 	// Exec runs one command in the sandbox and waits for it. The command's
 	// own failure (a non-zero exit, a signal, the timeout, the memory or
 	// pids limit) is a result, not an error; an error means the command
-	// could not be run or waited for (an invalid spec is EINVALID, a Cwd
-	// that escapes the workspace is EINVALIDPATH, a stopped sandbox is
+	// could not be run or waited for (an invalid spec is EINVALID, one
+	// over MaxCommandArgs or MaxCommandBytes ETOOLARGE, a Cwd that
+	// escapes the workspace is EINVALIDPATH, a stopped sandbox is
 	// ENOTFOUND).
 	//
 	// The command ends when its main process exits. What it left running
@@ -213,35 +214,37 @@ type ExecSpec struct {
 
 // Validate reports whether s can be run.
 func (s *ExecSpec) Validate() error {
-	if (len(s.Argv) == 0) == (s.Script == "") {
-		return Errorf(EINVALID, "a command needs exactly one of argv and script")
-	} else if len(s.Argv) > 0 && s.Argv[0] == "" {
-		return Errorf(EINVALID, "a command's program must not be empty")
-	} else if s.Timeout < 0 {
+	return validateRun(s.Argv, s.Script, s.Cwd, s.Timeout, s.Limits, s.Env, s.SecretFiles)
+}
+
+// validateRun is the one check of what a command runs and with what, which
+// ExecSpec, RunSpec and RunRequest each make through it: the program
+// (validateProgram), the working directory (CleanCwd), a timeout and
+// limits that are not negative, and the environment, where no variable
+// may be set by two of envs.
+func validateRun(argv []string, script, cwd string, timeout time.Duration, l Limits, envs ...map[string]string) error {
+	if err := validateProgram(argv, script); err != nil {
+		return err
+	} else if timeout < 0 {
 		return Errorf(EINVALID, "a command's timeout must not be negative")
-	} else if l := s.Limits; l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 {
+	} else if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 {
 		return Errorf(EINVALID, "a command's limits must not be negative")
-	}
-	for _, a := range s.Argv {
-		if strings.IndexByte(a, 0) >= 0 {
-			return Errorf(EINVALID, "a command's arguments must not hold NUL bytes")
-		}
-	}
-	if strings.IndexByte(s.Script, 0) >= 0 {
-		return Errorf(EINVALID, "a command's script must not hold NUL bytes")
-	}
-	if _, err := CleanCwd(s.Cwd); err != nil {
+	} else if _, err := CleanCwd(cwd); err != nil {
 		return err
 	}
-	for name := range s.SecretFiles {
-		if _, ok := s.Env[name]; ok {
-			return Errorf(EINVALID, "environment variable %s is both in env and a secret file's", name)
+	for i, env := range envs {
+		if err := validateEnv(env); err != nil {
+			return err
+		}
+		for name := range env {
+			for _, other := range envs[i+1:] {
+				if _, ok := other[name]; ok {
+					return Errorf(EINVALID, "environment variable %s is set twice (by env, a secret or a secret file)", name)
+				}
+			}
 		}
 	}
-	if err := validateEnv(s.SecretFiles); err != nil {
-		return err
-	}
-	return validateEnv(s.Env)
+	return nil
 }
 
 // CleanCwd returns the canonical workspace-relative form of a command's

@@ -51,7 +51,6 @@ func (l *lease) command(ctx context.Context, cw *runtime.CommandWork) {
 			if cw.Spec == nil {
 				return
 			}
-			s := cw.Spec
 			if l.a.cfg.Egress != nil {
 				n := l.netBytes()
 				l.mu.Lock()
@@ -66,19 +65,19 @@ func (l *lease) command(ctx context.Context, cw *runtime.CommandWork) {
 				}
 				l.mu.Unlock()
 			}()
-			st, err := sup.Run(ctx, id, supervisor.RunSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Env: s.Env, Secrets: s.Secrets, SecretFiles: s.SecretFiles, Stdin: s.Stdin, TimeoutMS: s.TimeoutMS, Limits: s.Limits})
+			st, err := sup.Run(ctx, id, *cw.Spec)
 			if err != nil {
 				// The supervisor refused it (a bad cwd, say) or could not
 				// be reached; in the second case the control plane asks
 				// about the command after its acknowledgement timeout.
 				l.a.log.Warn("run command", "command", id, "err", err)
 				if code := bothy.ErrorCode(err); code == bothy.EINVALID || code == bothy.EINVALIDPATH {
-					l.report(ctx, id, &runtime.Report{State: runtime.ReportRunning})
-					l.report(ctx, id, &runtime.Report{State: runtime.ReportFailed, Error: bothy.ErrorMessage(err)})
+					l.report(ctx, id, &runtime.Report{State: bothy.RunRunning})
+					l.report(ctx, id, &runtime.Report{State: bothy.RunFailed, Error: bothy.ErrorMessage(err)})
 				}
 				return
 			}
-			l.report(ctx, id, &runtime.Report{State: runtime.ReportRunning, LastSeq: st.LastSeq})
+			l.report(ctx, id, &runtime.Report{State: bothy.RunRunning, LastSeq: st.LastSeq})
 			l.attach(ctx, id, 0)
 		}()
 	case runtime.ActStatus:
@@ -89,11 +88,11 @@ func (l *lease) command(ctx context.Context, cw *runtime.CommandWork) {
 				l.a.log.Warn("command status", "command", id, "err", err)
 				return
 			}
-			if st.State == supervisor.StateNeverSeen {
-				l.report(ctx, id, &runtime.Report{State: runtime.ReportNeverSeen})
+			if st.State == bothy.RunNeverSeen {
+				l.report(ctx, id, &runtime.Report{State: bothy.RunNeverSeen})
 				return
 			}
-			l.report(ctx, id, &runtime.Report{State: runtime.ReportRunning, LastSeq: st.LastSeq})
+			l.report(ctx, id, &runtime.Report{State: bothy.RunRunning, LastSeq: st.LastSeq})
 			l.attach(ctx, id, cw.AfterSeq)
 		}()
 	case runtime.ActAttach:
@@ -258,23 +257,19 @@ func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSe
 	r := &runtime.Report{LastSeq: lastSeq}
 	switch term.Kind {
 	case bothy.EventExit:
-		r.State = runtime.ReportFinished
-		var exit runtime.Exit
+		r.State = bothy.RunFinished
+		var exit bothy.Exit
 		if err := json.Unmarshal([]byte(term.Fields), &exit); err != nil {
-			r.State, r.Error = runtime.ReportFailed, "unreadable exit event: "+err.Error()
+			r.State, r.Error = bothy.RunFailed, "unreadable exit event: "+err.Error()
 		} else {
 			r.Exit = &exit
 		}
 	default:
-		var st struct {
-			State  string `json:"state"`
-			Reason string `json:"reason"`
-			Error  *bothy.Error
-		}
+		var st supervisor.FinalState
 		json.Unmarshal([]byte(term.Fields), &st)
-		r.State, r.Error = runtime.ReportFailed, st.Reason
-		if st.State == "lost" {
-			r.State = runtime.ReportLost
+		r.State, r.Error = bothy.RunFailed, st.Reason
+		if st.State == bothy.RunLost {
+			r.State = bothy.RunLost
 		}
 		if st.Error != nil {
 			r.Error = st.Error.Message
@@ -386,23 +381,14 @@ func (l *lease) endedBefore(ctx context.Context, id string, after int64) bool {
 	sup := l.sup
 	l.mu.Unlock()
 	st, err := sup.Status(ctx, id)
-	if err != nil || st.State == supervisor.StateRunning || st.State == supervisor.StateNeverSeen || st.LastSeq > after {
+	if err != nil || st.State == bothy.RunRunning || st.State == bothy.RunNeverSeen || st.LastSeq > after {
 		return false
 	}
-	r := &runtime.Report{LastSeq: st.LastSeq}
-	switch st.State {
-	case supervisor.StateFinished:
-		r.State = runtime.ReportFinished
-		if st.Exit != nil {
-			r.Exit = &runtime.Exit{ExecResult: st.Exit.ExecResult, Cancelled: st.Exit.Cancelled}
-		}
-	case supervisor.StateLost:
-		r.State = runtime.ReportLost
-	default:
-		r.State = runtime.ReportFailed
-		if st.Error != nil {
-			r.Error = st.Error.Message
-		}
+	// The status says finished (with its exit), failed or lost, in the
+	// words of a report.
+	r := &runtime.Report{State: st.State, Exit: st.Exit, LastSeq: st.LastSeq}
+	if st.Error != nil {
+		r.Error = st.Error.Message
 	}
 	l.end(ctx, id, r)
 	return true

@@ -136,7 +136,7 @@ func (l *lease) update(ctx context.Context, w *runtime.LeaseWork) {
 			l.inflight[cw.CommandID] = true
 			l.mu.Unlock()
 			if !busy {
-				go l.report(ctx, cw.CommandID, &runtime.Report{State: runtime.ReportNeverSeen})
+				go l.report(ctx, cw.CommandID, &runtime.Report{State: bothy.RunNeverSeen})
 			}
 		}
 	}

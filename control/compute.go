@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
-	"github.com/bothyhq/bothy/runtime"
 )
 
 // RunCommand implements bothy.ComputeService.
@@ -41,7 +40,7 @@ func (c *Controller) RunCommand(ctx context.Context, tenantID, computerID string
 	slices.Sort(cmd.EnvNames)
 	// The spec is kept before the command exists, so that a poll never
 	// finds the command without it.
-	spec := &runtime.Spec{Argv: req.Argv, Script: req.Script, Cwd: req.Cwd, Env: req.Env, Stdin: []byte(req.Stdin), TimeoutMS: req.TimeoutMS, Limits: req.Limits}
+	spec := req.Spec()
 	c.mu.Lock()
 	c.specs[cmd.ID] = spec
 	c.mu.Unlock()

@@ -107,11 +107,11 @@ type Controller struct {
 	watch    map[string]*watch
 	agents   map[string]time.Time // agent id → last poll
 	leases   map[string]*leaseState
-	specs    map[string]*runtime.Spec // command id → spec, until dispatched
-	sentAt   map[string]time.Time     // command id → when this process dispatched it
-	cancels  map[string]bool          // command id → cancel requested
-	stops    map[string]bool          // computer id → stop requested
-	hashKeys map[string][]byte        // tenant id → checkpoint key (immutable)
+	specs    map[string]*bothy.RunSpec // command id → spec, until dispatched
+	sentAt   map[string]time.Time      // command id → when this process dispatched it
+	cancels  map[string]bool           // command id → cancel requested
+	stops    map[string]bool           // computer id → stop requested
+	hashKeys map[string][]byte         // tenant id → checkpoint key (immutable)
 
 	applySeq int64
 
@@ -166,7 +166,7 @@ func New(store bothy.Store, cfg Config) *Controller {
 		version: 1, // above an agent's first poll (0), which is answered at once
 		wake:    make(chan struct{}), watch: map[string]*watch{},
 		agents: map[string]time.Time{}, leases: map[string]*leaseState{},
-		specs: map[string]*runtime.Spec{}, sentAt: map[string]time.Time{},
+		specs: map[string]*bothy.RunSpec{}, sentAt: map[string]time.Time{},
 		cancels: map[string]bool{}, stops: map[string]bool{}, hashKeys: map[string][]byte{}, stopping: make(chan struct{}),
 	}
 }

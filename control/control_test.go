@@ -117,7 +117,7 @@ func TestStaleGeneration(t *testing.T) {
 			t.Fatalf("second poll sends %+v", w.Commands)
 		}
 		cred1 := w1.Credential
-		if err := f.c.Report(f.ctx, cred1, cmd1.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
+		if err := f.c.Report(f.ctx, cred1, cmd1.ID, &runtime.Report{State: bothy.RunRunning}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.c.AppendEvents(f.ctx, cred1, cmd1.ID, []bothy.Event{{Seq: 1, Kind: bothy.EventStdout, Data: []byte("x")}}); err != nil {
@@ -161,9 +161,9 @@ func TestStaleGeneration(t *testing.T) {
 		if _, err := f.c.AppendEvents(f.ctx, cred1, cmd2.ID, []bothy.Event{{Seq: 1, Kind: bothy.EventStdout, Data: []byte("y")}}); code(err) != bothy.ECONFLICT {
 			t.Errorf("stale events on the new generation's command: %v", err)
 		}
-		zero := runtime.Exit{}
+		zero := bothy.Exit{}
 		for _, id := range []string{cmd1.ID, cmd2.ID} {
-			if err := f.c.Report(f.ctx, cred1, id, &runtime.Report{State: runtime.ReportFinished, Exit: &zero}); code(err) != bothy.ECONFLICT {
+			if err := f.c.Report(f.ctx, cred1, id, &runtime.Report{State: bothy.RunFinished, Exit: &zero}); code(err) != bothy.ECONFLICT {
 				t.Errorf("stale finish of %s: %v", id, err)
 			}
 		}
@@ -175,13 +175,13 @@ func TestStaleGeneration(t *testing.T) {
 		}
 		// The current generation works.
 		cred2 := w2.Credential
-		if err := f.c.Report(f.ctx, cred2, cmd2.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
+		if err := f.c.Report(f.ctx, cred2, cmd2.ID, &runtime.Report{State: bothy.RunRunning}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.c.AppendEvents(f.ctx, cred2, cmd2.ID, []bothy.Event{{Seq: 1, Kind: bothy.EventExit, Fields: `{"exit_code":0}`}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.c.Report(f.ctx, cred2, cmd2.ID, &runtime.Report{State: runtime.ReportFinished, Exit: &zero, LastSeq: 1}); err != nil {
+		if err := f.c.Report(f.ctx, cred2, cmd2.ID, &runtime.Report{State: bothy.RunFinished, Exit: &zero, LastSeq: 1}); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := s.FindCommand(f.ctx, "t1", cmd2.ID); got.State != bothy.CommandCompleted || got.ExitCode == nil || *got.ExitCode != 0 {
@@ -224,7 +224,7 @@ func TestMayHaveStarted(t *testing.T) {
 		if len(w.Commands) != 1 || w.Commands[0].Action != runtime.ActStatus {
 			t.Fatalf("after restart the runtime is sent %+v, want one status question", w.Commands)
 		}
-		if err := c2.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportNeverSeen}); err != nil {
+		if err := c2.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunNeverSeen}); err != nil {
 			t.Fatal(err)
 		}
 		if w = f.poll(held); len(w.Commands) != 1 || w.Commands[0].Action != runtime.ActRun {
@@ -234,10 +234,10 @@ func TestMayHaveStarted(t *testing.T) {
 			t.Fatalf("dispatched twice: %+v", w.Commands)
 		}
 		// A never_seen answer about a command that is running is refused.
-		if err := c2.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
+		if err := c2.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunRunning}); err != nil {
 			t.Fatal(err)
 		}
-		if err := c2.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportNeverSeen}); code(err) != bothy.ECONFLICT {
+		if err := c2.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunNeverSeen}); code(err) != bothy.ECONFLICT {
 			t.Fatalf("never_seen of a running command: %v", err)
 		}
 	})
@@ -297,7 +297,7 @@ func TestPoll_AgentToken(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := f.poll()
-		if err := f.c.Report(f.ctx, w.Credential, otherCmd.ID, &runtime.Report{State: runtime.ReportRunning}); code(err) != bothy.ENOTFOUND {
+		if err := f.c.Report(f.ctx, w.Credential, otherCmd.ID, &runtime.Report{State: bothy.RunRunning}); code(err) != bothy.ENOTFOUND {
 			t.Errorf("cmp1's credential reporting on cmp2's command: %v", err)
 		}
 		if _, err := f.c.AppendEvents(f.ctx, w.Credential, otherCmd.ID, []bothy.Event{{Seq: 1, Kind: bothy.EventStdout, Data: []byte("x")}}); code(err) != bothy.ENOTFOUND {

@@ -40,7 +40,7 @@ func TestReceipts(t *testing.T) {
 		}
 		w := f.ready()
 		cred := w.Credential
-		if err := f.c.Report(f.ctx, cred, cmd.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
+		if err := f.c.Report(f.ctx, cred, cmd.ID, &runtime.Report{State: bothy.RunRunning}); err != nil {
 			t.Fatal(err)
 		}
 		root := "0000000000000000000000000000000000000000000000000000000000000001"
@@ -48,8 +48,8 @@ func TestReceipts(t *testing.T) {
 			t.Fatal(err)
 		}
 		use := bothy.Usage{CPUMicros: 1234567, PeakMemoryBytes: 99 << 20, MemoryByteSeconds: 42 << 20, BytesWritten: 8192, NetworkBytes: 5}
-		exit := &runtime.Exit{ExecResult: bothy.ExecResult{ExitCode: 3, Duration: 1500 * time.Millisecond, Usage: use, OOMKilled: true}}
-		if err := f.c.Report(f.ctx, cred, cmd.ID, &runtime.Report{State: runtime.ReportFinished, Exit: exit, RevisionAfter: 1}); err != nil {
+		exit := &bothy.Exit{ExecResult: bothy.ExecResult{ExitCode: 3, Duration: 1500 * time.Millisecond, Usage: use, OOMKilled: true}}
+		if err := f.c.Report(f.ctx, cred, cmd.ID, &runtime.Report{State: bothy.RunFinished, Exit: exit, RevisionAfter: 1}); err != nil {
 			t.Fatal(err)
 		}
 		r, err := f.c.CommandReceipt(f.ctx, "t1", cmd.ID)

@@ -219,7 +219,7 @@ func (c *Controller) authAgent(ctx context.Context, token, agentID string) error
 // now from the secret service: they go to the runtime in the run action
 // and are kept nowhere by the control plane. A secret that cannot be read
 // fails the command with the reason.
-func (c *Controller) withSecrets(ctx context.Context, cmd *bothy.Command, spec *runtime.Spec) (*runtime.Spec, error) {
+func (c *Controller) withSecrets(ctx context.Context, cmd *bothy.Command, spec *bothy.RunSpec) (*bothy.RunSpec, error) {
 	if len(cmd.Secrets) == 0 {
 		return spec, nil
 	} else if c.cfg.Secrets == nil {
@@ -252,7 +252,7 @@ func (c *Controller) commandWork(ctx context.Context, l *leaseState, cmd *bothy.
 			return nil, nil // the next lease runs it
 		}
 		if spec == nil {
-			spec = &runtime.Spec{Argv: cmd.Argv, Script: cmd.Script, Cwd: cmd.Cwd, TimeoutMS: cmd.TimeoutMS, Limits: cmd.Limits}
+			spec = &bothy.RunSpec{Argv: cmd.Argv, Script: cmd.Script, Cwd: cmd.Cwd, TimeoutMS: cmd.TimeoutMS, Limits: cmd.Limits}
 			if len(cmd.EnvNames) > 0 {
 				// Values are never stored; they died with the process that
 				// admitted the command.
@@ -546,84 +546,102 @@ func (c *Controller) Report(ctx context.Context, cred, commandID string, r *runt
 		return bothy.Errorf(bothy.ECONFLICT, "lease %q of generation %d is released: its runtime is stale", cl.LeaseID, cl.Generation)
 	}
 	defer c.notify(commandID)
-	gen := cl.Generation
-	toRunning := func() error {
-		if cmd.State == bothy.CommandRunning {
-			return nil
-		}
-		got, err := c.store.TransitionCommand(ctx, cl.TenantID, commandID, []string{bothy.CommandDispatched, bothy.CommandMayHaveStarted}, bothy.CommandRunning, bothy.CommandUpdate{Generation: gen})
-		if err == nil {
-			cmd = got
-		}
-		return err
-	}
 	switch r.State {
-	case runtime.ReportRunning:
+	case bothy.RunRunning:
 		c.fault(faultBeforeRunReply)
 		if bothy.CommandTerminal(cmd.State) {
 			return nil
 		}
-		return toRunning()
-	case runtime.ReportNeverSeen:
-		if cmd.State == bothy.CommandDispatched {
-			// Sent to run and refused unseen: the runtime is tearing the
-			// lease down. It gets nothing more to run.
-			c.mu.Lock()
-			if l := c.leases[cl.LeaseID]; l != nil {
-				l.draining = true
-			}
-			c.mu.Unlock()
-			if _, err := c.store.TransitionCommand(ctx, cl.TenantID, commandID, []string{bothy.CommandDispatched}, bothy.CommandMayHaveStarted, bothy.CommandUpdate{}); err != nil {
-				return err
-			}
-			cmd.State = bothy.CommandMayHaveStarted
-		}
-		if cmd.State != bothy.CommandMayHaveStarted {
-			return bothy.Errorf(bothy.ECONFLICT, "command %q is %s, not may_have_started", commandID, cmd.State)
-		}
-		if _, err := c.store.TransitionCommand(ctx, cl.TenantID, commandID, []string{bothy.CommandMayHaveStarted}, bothy.CommandAdmitted, bothy.CommandUpdate{Generation: gen}); err != nil {
-			return err
-		}
-		c.log.Info("command never reached its runtime; it will be dispatched once more", "command", commandID)
-		c.changed()
-		return nil
-	case runtime.ReportFinished, runtime.ReportFailed, runtime.ReportLost:
-		if bothy.CommandTerminal(cmd.State) {
-			return nil
-		} else if cmd.LastSeq < r.LastSeq {
-			return bothy.Errorf(bothy.ECONFLICT, "command %q has events up to %d stored, not %d; send them first", commandID, cmd.LastSeq, r.LastSeq)
-		}
-		if err := toRunning(); err != nil {
-			return err
-		}
-		to, u := bothy.CommandFailed, bothy.CommandUpdate{Generation: gen, RevisionAfter: r.RevisionAfter, OutputDigest: r.OutputDigest}
-		switch {
-		case r.State == runtime.ReportLost:
-			to = bothy.CommandLost
-		case r.State == runtime.ReportFinished && r.Exit != nil:
-			code := r.Exit.ExitCode
-			u.ExitCode, u.Signal, u.DurationMS = &code, r.Exit.Signal, r.Exit.Duration.Milliseconds()
-			use := r.Exit.Usage
-			u.Usage, u.OOMKilled, u.PidsLimited, u.DiskLimited = &use, r.Exit.OOMKilled, r.Exit.PidsLimited, r.Exit.DiskLimited
-			switch {
-			case r.Exit.TimedOut:
-				to = bothy.CommandTimedOut
-			case r.Exit.Cancelled:
-				to = bothy.CommandCancelled
-			default:
-				to = bothy.CommandCompleted
-			}
-		}
-		if _, err := c.transition(ctx, cl.TenantID, commandID, []string{bothy.CommandRunning}, to, u); err != nil {
-			return err
-		}
-		c.forget(commandID)
-		c.mu.Lock()
-		if l := c.leases[cl.LeaseID]; l != nil {
-			l.lastUsed = c.now()
-		}
-		c.mu.Unlock()
-		return nil
+		return c.toRunning(ctx, cl, cmd)
+	case bothy.RunNeverSeen:
+		return c.neverSeen(ctx, cl, cmd)
+	case bothy.RunFinished, bothy.RunFailed, bothy.RunLost:
+		return c.ended(ctx, cl, cmd, r)
 	}
 	return bothy.Errorf(bothy.EINVALID, "unknown reported state %q", r.State)
+}
+
+// toRunning moves a dispatched command to running on its runtime's word,
+// unless it runs already.
+func (c *Controller) toRunning(ctx context.Context, cl *runtime.Claims, cmd *bothy.Command) error {
+	if cmd.State == bothy.CommandRunning {
+		return nil
+	}
+	_, err := c.store.TransitionCommand(ctx, cl.TenantID, cmd.ID, []string{bothy.CommandDispatched, bothy.CommandMayHaveStarted}, bothy.CommandRunning, bothy.CommandUpdate{Generation: cl.Generation})
+	return err
+}
+
+// neverSeen takes the runtime's word that it never saw the command: it did
+// not start, and goes back to admitted to be dispatched once more.
+func (c *Controller) neverSeen(ctx context.Context, cl *runtime.Claims, cmd *bothy.Command) error {
+	if cmd.State == bothy.CommandDispatched {
+		// Sent to run and refused unseen: the runtime is tearing the
+		// lease down. It gets nothing more to run.
+		c.mu.Lock()
+		if l := c.leases[cl.LeaseID]; l != nil {
+			l.draining = true
+		}
+		c.mu.Unlock()
+		if _, err := c.store.TransitionCommand(ctx, cl.TenantID, cmd.ID, []string{bothy.CommandDispatched}, bothy.CommandMayHaveStarted, bothy.CommandUpdate{}); err != nil {
+			return err
+		}
+		cmd.State = bothy.CommandMayHaveStarted
+	}
+	if cmd.State != bothy.CommandMayHaveStarted {
+		return bothy.Errorf(bothy.ECONFLICT, "command %q is %s, not may_have_started", cmd.ID, cmd.State)
+	}
+	if _, err := c.store.TransitionCommand(ctx, cl.TenantID, cmd.ID, []string{bothy.CommandMayHaveStarted}, bothy.CommandAdmitted, bothy.CommandUpdate{Generation: cl.Generation}); err != nil {
+		return err
+	}
+	c.log.Info("command never reached its runtime; it will be dispatched once more", "command", cmd.ID)
+	c.changed()
+	return nil
+}
+
+// ended records the command's end as the runtime reports it, once every
+// event up to r.LastSeq is stored; a command that ended already is left
+// as it is.
+func (c *Controller) ended(ctx context.Context, cl *runtime.Claims, cmd *bothy.Command, r *runtime.Report) error {
+	if bothy.CommandTerminal(cmd.State) {
+		return nil
+	} else if cmd.LastSeq < r.LastSeq {
+		return bothy.Errorf(bothy.ECONFLICT, "command %q has events up to %d stored, not %d; send them first", cmd.ID, cmd.LastSeq, r.LastSeq)
+	}
+	if err := c.toRunning(ctx, cl, cmd); err != nil {
+		return err
+	}
+	to, u := endState(r)
+	u.Generation = cl.Generation
+	if _, err := c.transition(ctx, cl.TenantID, cmd.ID, []string{bothy.CommandRunning}, to, u); err != nil {
+		return err
+	}
+	c.forget(cmd.ID)
+	c.mu.Lock()
+	if l := c.leases[cl.LeaseID]; l != nil {
+		l.lastUsed = c.now()
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// endState returns the command state that an end report means, and what
+// the report says of the end: lost; completed, cancelled or timed_out with
+// a finished report's exit; failed otherwise.
+func endState(r *runtime.Report) (string, bothy.CommandUpdate) {
+	u := bothy.CommandUpdate{RevisionAfter: r.RevisionAfter, OutputDigest: r.OutputDigest}
+	if r.State == bothy.RunLost {
+		return bothy.CommandLost, u
+	} else if r.State != bothy.RunFinished || r.Exit == nil {
+		return bothy.CommandFailed, u
+	}
+	code, use := r.Exit.ExitCode, r.Exit.Usage
+	u.ExitCode, u.Signal, u.DurationMS = &code, r.Exit.Signal, r.Exit.Duration.Milliseconds()
+	u.Usage, u.OOMKilled, u.PidsLimited, u.DiskLimited = &use, r.Exit.OOMKilled, r.Exit.PidsLimited, r.Exit.DiskLimited
+	switch {
+	case r.Exit.TimedOut:
+		return bothy.CommandTimedOut, u
+	case r.Exit.Cancelled:
+		return bothy.CommandCancelled, u
+	}
+	return bothy.CommandCompleted, u
 }

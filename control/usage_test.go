@@ -19,11 +19,11 @@ func TestReleased_Usage(t *testing.T) {
 		}
 		w := f.ready()
 		cred := w.Credential
-		if err := f.c.Report(f.ctx, cred, cmd.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
+		if err := f.c.Report(f.ctx, cred, cmd.ID, &runtime.Report{State: bothy.RunRunning}); err != nil {
 			t.Fatal(err)
 		}
-		exit := &runtime.Exit{ExecResult: bothy.ExecResult{Usage: bothy.Usage{CPUMicros: 1000, PeakMemoryBytes: 10}}}
-		if err := f.c.Report(f.ctx, cred, cmd.ID, &runtime.Report{State: runtime.ReportFinished, Exit: exit}); err != nil {
+		exit := &bothy.Exit{ExecResult: bothy.ExecResult{Usage: bothy.Usage{CPUMicros: 1000, PeakMemoryBytes: 10}}}
+		if err := f.c.Report(f.ctx, cred, cmd.ID, &runtime.Report{State: bothy.RunFinished, Exit: exit}); err != nil {
 			t.Fatal(err)
 		}
 		total := &bothy.Usage{CPUMicros: 5000, PeakMemoryBytes: 99}

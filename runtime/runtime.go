@@ -46,15 +46,6 @@ const (
 	ActCancel = "cancel"
 )
 
-// Reported command states (Report.State).
-const (
-	ReportRunning   = "running"    // accepted by the supervisor
-	ReportFinished  = "finished"   // the process ended; Exit says how
-	ReportFailed    = "failed"     // the provider could not run it
-	ReportLost      = "lost"       // the supervisor that ran it died
-	ReportNeverSeen = "never_seen" // the supervisor has no journal of it: it never started
-)
-
 // PollRequest is an agent's poll.
 type PollRequest struct {
 	AgentID string `json:"agent_id"`
@@ -146,28 +137,9 @@ type CommandWork struct {
 	CommandID string `json:"command_id"`
 	Action    string `json:"action"`
 	// Spec is the command, for ActRun only.
-	Spec *Spec `json:"spec,omitempty"`
+	Spec *bothy.RunSpec `json:"spec,omitempty"`
 	// AfterSeq is the newest seq the control plane stored: stream after it.
 	AfterSeq int64 `json:"after_seq"`
-}
-
-// Spec is a command as the runtime runs it.
-type Spec struct {
-	Argv   []string          `json:"argv,omitempty"`
-	Script string            `json:"script,omitempty"`
-	Cwd    string            `json:"cwd,omitempty"`
-	Env    map[string]string `json:"env,omitempty"`
-	// Secrets are the values of the command's secrets, by environment
-	// variable: the runtime adds them to the environment, keeps them in
-	// no file and redacts them from the output.
-	Secrets map[string]string `json:"secrets,omitempty"`
-	// SecretFiles are secrets given as files, by the variable that names
-	// the file's path (bothy.ExecSpec.SecretFiles).
-	SecretFiles map[string]string `json:"secret_files,omitempty"`
-	Stdin       []byte            `json:"stdin,omitempty"`
-	TimeoutMS   int64             `json:"timeout_ms,omitempty"`
-	// Limits are the command's own limits, within the lease's.
-	Limits bothy.Limits `json:"limits,omitzero"`
 }
 
 // ReadyRequest reports a lease's sandbox ready.
@@ -206,10 +178,12 @@ type CheckpointedRequest struct {
 
 // Report is what the runtime knows of a command.
 type Report struct {
-	State string `json:"state"` // one of the Report* states
-	// Exit is how the process ended (ReportFinished).
-	Exit *Exit `json:"exit,omitempty"`
-	// Error says why (ReportFailed, ReportLost).
+	// State is one of the bothy.Run* states, as the supervisor's status
+	// says it.
+	State string `json:"state"`
+	// Exit is how the process ended (bothy.RunFinished).
+	Exit *bothy.Exit `json:"exit,omitempty"`
+	// Error says why (bothy.RunFailed, bothy.RunLost).
 	Error string `json:"error,omitempty"`
 	// LastSeq is the newest seq the runtime holds for the command; a
 	// finished report is accepted only once the control plane stored every
@@ -219,12 +193,6 @@ type Report struct {
 	RevisionAfter int64 `json:"revision_after,omitempty"`
 	// OutputDigest names the blob that archives the command's output.
 	OutputDigest string `json:"output_digest,omitempty"`
-}
-
-// Exit is how a command's process ended.
-type Exit struct {
-	bothy.ExecResult
-	Cancelled bool `json:"cancelled,omitempty"`
 }
 
 // EventsResponse acknowledges stored events.

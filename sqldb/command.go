@@ -320,93 +320,12 @@ func (s *DB) TransitionCommand(ctx context.Context, tenantID, id string, from []
 		cur, err := s.findCommand(ctx, tx, tenantID, id)
 		if err != nil {
 			return err
-		}
-		if u.Generation != 0 {
-			if cur.Generation != u.Generation || cur.LeaseID == "" {
-				return staleGeneration(cur, u.Generation)
-			}
-			if _, err := s.lockLease(ctx, tx, tenantID, cur.LeaseID, u.Generation); err != nil {
-				return err
-			}
-		}
-		at := now()
-		set, args := []string{"state = ?", "updated_at = ?"}, []any{to, s.timeArg(at)}
-		if u.ExitCode != nil {
-			set, args = append(set, "exit_code = ?"), append(args, *u.ExitCode)
-		}
-		if u.Signal != "" {
-			set, args = append(set, "signal = ?"), append(args, u.Signal)
-		}
-		if u.OutputDigest != "" {
-			set, args = append(set, "output_digest = ?"), append(args, u.OutputDigest)
-		}
-		if u.DurationMS != 0 {
-			set, args = append(set, "wall_millis = ?"), append(args, u.DurationMS)
-		}
-		if u.RevisionAfter != 0 {
-			set, args = append(set, "revision_after = ?"), append(args, u.RevisionAfter)
-		}
-		if us := u.Usage; us != nil {
-			set = append(set, "cpu_us = ?", "peak_memory_bytes = ?", "memory_byte_seconds = ?", "bytes_written = ?", "network_bytes = ?")
-			args = append(args, us.CPUMicros, us.PeakMemoryBytes, us.MemoryByteSeconds, us.BytesWritten, us.NetworkBytes)
-		}
-		if limited := limitedList(u); limited != "" {
-			set, args = append(set, "limited = ?"), append(args, limited)
-		}
-		switch {
-		case to == bothy.CommandRunning:
-			started := u.StartedAt
-			if started.IsZero() {
-				started = at
-			}
-			set, args = append(set, "started_at = COALESCE(started_at, ?)"), append(args, s.timeArg(started))
-		case bothy.CommandTerminal(to):
-			finished := u.FinishedAt
-			if finished.IsZero() {
-				finished = at
-			}
-			set, args = append(set, "finished_at = ?"), append(args, s.timeArg(finished))
-			if !u.StartedAt.IsZero() {
-				set, args = append(set, "started_at = COALESCE(started_at, ?)"), append(args, s.timeArg(u.StartedAt))
-			}
-		case to == bothy.CommandAdmitted:
-			// The runtime never saw it: forget the dispatch, so that it may
-			// be dispatched once more.
-			set = append(set, "lease_id = NULL", "generation = NULL", "dispatched_at = NULL")
-		}
-		where := "tenant_id = ? AND id = ? AND state IN (?" + strings.Repeat(", ?", len(from)-1) + ")"
-		args = append(args, tenantID, id)
-		for _, f := range from {
-			args = append(args, f)
-		}
-		if u.Generation != 0 {
-			where, args = where+" AND generation = ?", append(args, u.Generation)
-		}
-		res, err := tx.ExecContext(ctx, s.q(`UPDATE commands SET `+strings.Join(set, ", ")+` WHERE `+where), args...)
-		if err != nil {
+		} else if err := s.fenceGeneration(ctx, tx, cur, u.Generation); err != nil {
 			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
+		} else if err := s.swapCommandState(ctx, tx, cur, from, to, u); err != nil {
 			return err
-		} else if n == 0 {
-			if cur, err = s.findCommand(ctx, tx, tenantID, id); err != nil {
-				return err
-			} else if u.Generation != 0 && cur.Generation != u.Generation {
-				return staleGeneration(cur, u.Generation)
-			}
-			return bothy.Errorf(bothy.ECONFLICT, "command %q is %s, not %s", id, cur.State, strings.Join(from, " or "))
-		}
-		if u.Usage != nil || (u.DurationMS != 0 && bothy.CommandTerminal(to)) {
-			// The computer keeps the running total of its commands' usage;
-			// a command reaches a terminal state once, so it adds once.
-			var us bothy.Usage
-			if u.Usage != nil {
-				us = *u.Usage
-			}
-			us.WallMillis = u.DurationMS
-			if _, err := s.addUsage(ctx, tx, tenantID, cur.ComputerID, us); err != nil {
-				return err
-			}
+		} else if err := s.addEndUsage(ctx, tx, cur, to, u); err != nil {
+			return err
 		}
 		out, err = s.findCommand(ctx, tx, tenantID, id)
 		return err
@@ -415,6 +334,118 @@ func (s *DB) TransitionCommand(ctx context.Context, tenantID, id string, from []
 		return nil, fmt.Errorf("transition command: %w", err)
 	}
 	return out, nil
+}
+
+// fenceGeneration checks, for a runtime's write (generation non-zero), that
+// the command is dispatched at that generation, and locks its lease, which
+// must still be unreleased at it (see lockLease).
+func (s *DB) fenceGeneration(ctx context.Context, tx *sql.Tx, cur *bothy.Command, generation int64) error {
+	if generation == 0 {
+		return nil
+	} else if cur.Generation != generation || cur.LeaseID == "" {
+		return staleGeneration(cur, generation)
+	}
+	_, err := s.lockLease(ctx, tx, cur.TenantID, cur.LeaseID, generation)
+	return err
+}
+
+// swapCommandState moves the command cur from one of the states from to
+// to, setting u's fields, by one conditional UPDATE that repeats the
+// generation check; a command in none of the states from, or of another
+// generation by now, is ECONFLICT.
+func (s *DB) swapCommandState(ctx context.Context, tx *sql.Tx, cur *bothy.Command, from []string, to string, u bothy.CommandUpdate) error {
+	set, args := s.transitionSet(to, u)
+	where := "tenant_id = ? AND id = ? AND state IN (?" + strings.Repeat(", ?", len(from)-1) + ")"
+	args = append(args, cur.TenantID, cur.ID)
+	for _, f := range from {
+		args = append(args, f)
+	}
+	if u.Generation != 0 {
+		where, args = where+" AND generation = ?", append(args, u.Generation)
+	}
+	res, err := tx.ExecContext(ctx, s.q(`UPDATE commands SET `+strings.Join(set, ", ")+` WHERE `+where), args...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n > 0 {
+		return err
+	}
+	again, err := s.findCommand(ctx, tx, cur.TenantID, cur.ID)
+	if err != nil {
+		return err
+	} else if u.Generation != 0 && again.Generation != u.Generation {
+		return staleGeneration(again, u.Generation)
+	}
+	return bothy.Errorf(bothy.ECONFLICT, "command %q is %s, not %s", cur.ID, again.State, strings.Join(from, " or "))
+}
+
+// transitionSet returns the SET clause of a move to the state to with u's
+// fields, and its arguments: the start and finish times on entering
+// running and a terminal state, and a dispatch forgotten on going back to
+// admitted.
+func (s *DB) transitionSet(to string, u bothy.CommandUpdate) ([]string, []any) {
+	at := now()
+	set, args := []string{"state = ?", "updated_at = ?"}, []any{to, s.timeArg(at)}
+	if u.ExitCode != nil {
+		set, args = append(set, "exit_code = ?"), append(args, *u.ExitCode)
+	}
+	if u.Signal != "" {
+		set, args = append(set, "signal = ?"), append(args, u.Signal)
+	}
+	if u.OutputDigest != "" {
+		set, args = append(set, "output_digest = ?"), append(args, u.OutputDigest)
+	}
+	if u.DurationMS != 0 {
+		set, args = append(set, "wall_millis = ?"), append(args, u.DurationMS)
+	}
+	if u.RevisionAfter != 0 {
+		set, args = append(set, "revision_after = ?"), append(args, u.RevisionAfter)
+	}
+	if us := u.Usage; us != nil {
+		set = append(set, "cpu_us = ?", "peak_memory_bytes = ?", "memory_byte_seconds = ?", "bytes_written = ?", "network_bytes = ?")
+		args = append(args, us.CPUMicros, us.PeakMemoryBytes, us.MemoryByteSeconds, us.BytesWritten, us.NetworkBytes)
+	}
+	if limited := limitedList(u); limited != "" {
+		set, args = append(set, "limited = ?"), append(args, limited)
+	}
+	switch {
+	case to == bothy.CommandRunning:
+		started := u.StartedAt
+		if started.IsZero() {
+			started = at
+		}
+		set, args = append(set, "started_at = COALESCE(started_at, ?)"), append(args, s.timeArg(started))
+	case bothy.CommandTerminal(to):
+		finished := u.FinishedAt
+		if finished.IsZero() {
+			finished = at
+		}
+		set, args = append(set, "finished_at = ?"), append(args, s.timeArg(finished))
+		if !u.StartedAt.IsZero() {
+			set, args = append(set, "started_at = COALESCE(started_at, ?)"), append(args, s.timeArg(u.StartedAt))
+		}
+	case to == bothy.CommandAdmitted:
+		// The runtime never saw it: forget the dispatch, so that it may
+		// be dispatched once more.
+		set = append(set, "lease_id = NULL", "generation = NULL", "dispatched_at = NULL")
+	}
+	return set, args
+}
+
+// addEndUsage adds what the command used to its computer's running total
+// of its commands' usage. A command reaches a terminal state once, so it
+// adds once.
+func (s *DB) addEndUsage(ctx context.Context, tx *sql.Tx, cur *bothy.Command, to string, u bothy.CommandUpdate) error {
+	if u.Usage == nil && (u.DurationMS == 0 || !bothy.CommandTerminal(to)) {
+		return nil
+	}
+	var us bothy.Usage
+	if u.Usage != nil {
+		us = *u.Usage
+	}
+	us.WallMillis = u.DurationMS
+	_, err := s.addUsage(ctx, tx, cur.TenantID, cur.ComputerID, us)
+	return err
 }
 
 // staleGeneration is the ECONFLICT of a runtime write for a command that is

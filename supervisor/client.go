@@ -9,11 +9,8 @@ import (
 	"io"
 	"net"
 	"sync"
-	"time"
-	"unicode/utf8"
 
 	"github.com/bothyhq/bothy"
-	"github.com/bothyhq/bothy/redact"
 )
 
 // Operations of the protocol. A client opens one connection per request
@@ -33,61 +30,23 @@ const (
 	OpShutdown = "shutdown"
 )
 
-// States of a command in a Status.
-const (
-	// StateNeverSeen: the supervisor has no journal of the command, so it
-	// never started it here and it may be dispatched once more.
-	StateNeverSeen = "never_seen"
-	// StateRunning: accepted and its process may be running.
-	StateRunning = "running"
-	// StateFinished: the process ended; Exit says how.
-	StateFinished = "finished"
-	// StateFailed: the provider could not run the command; Error says why.
-	StateFailed = "failed"
-	// StateLost: the supervisor that ran the command died while it ran;
-	// its process was killed at the supervisor's restart, its output up to
-	// then is kept, and it is never run again.
-	StateLost = "lost"
-)
-
-// MaxStdin is the most standard input bytes a Run may carry.
-const MaxStdin = 1 << 20
-
 // Request is one request line. Which fields matter depends on Op.
 type Request struct {
 	Op        string `json:"op"`
 	CommandID string `json:"command_id,omitempty"`
-	RunSpec
+	// RunSpec is the command of an OpRun. Its accept record journals all
+	// of it but the secrets: the supervisor adds them to the command's
+	// environment for Provider.Exec and writes them to no file (not the
+	// accept record, not its log), and it redacts their values, and
+	// common encodings of them (see package redact), from the command's
+	// output before journaling it. A secret's value must be, unless
+	// empty, at least redact.MinValueBytes long.
+	bothy.RunSpec
 	After int64 `json:"after,omitempty"` // OpEvents: stream events with seq > After
 	Seq   int64 `json:"seq,omitempty"`   // OpAck: the highest seq received
 	// DiskLimited (OpCancel) cancels the command for the scratch limit:
 	// its exit says disk_limited, not cancelled.
 	DiskLimited bool `json:"disk_limited,omitempty"`
-}
-
-// RunSpec is the command of a Run. Its accept record journals all of it
-// but Secrets.
-type RunSpec struct {
-	Argv      []string          `json:"argv,omitempty"`
-	Script    string            `json:"script,omitempty"`
-	Cwd       string            `json:"cwd,omitempty"`
-	Env       map[string]string `json:"env,omitempty"`
-	Stdin     []byte            `json:"stdin,omitempty"`
-	TimeoutMS int64             `json:"timeout_ms,omitempty"`
-	// Limits are the command's own limits (bothy.ExecSpec.Limits).
-	Limits bothy.Limits `json:"limits,omitzero"`
-	// Secrets are environment variables (name → value) holding secret
-	// values. They travel in the run request only: the supervisor adds
-	// them to the command's environment for Provider.Exec and writes them
-	// to no file (not the accept record, not its log), and it redacts
-	// their values, and common encodings of them (see package redact),
-	// from the command's output before journaling it. A name must not
-	// also be in Env. A value must be text (UTF-8, no NUL) and, unless
-	// empty, at least redact.MinValueBytes long.
-	Secrets map[string]string `json:"secrets,omitempty"`
-	// SecretFiles are secrets given as files (bothy.ExecSpec.SecretFiles):
-	// variable → value, kept and redacted as Secrets are.
-	SecretFiles map[string]string `json:"secret_files,omitempty"`
 }
 
 // Response is the answer line to a Request.
@@ -100,29 +59,21 @@ type Response struct {
 // Status is what the supervisor knows of a command.
 type Status struct {
 	CommandID string `json:"command_id"`
-	State     string `json:"state"`
+	// State is one of the bothy.Run* states.
+	State string `json:"state"`
 	// Existing is set on a Run whose command id was already journaled: it
 	// returned the existing command and started nothing.
 	Existing  bool         `json:"existing,omitempty"`
 	LastSeq   int64        `json:"last_seq"`
 	AckedSeq  int64        `json:"acked_seq"`
 	Truncated bool         `json:"truncated,omitempty"`
-	Exit      *Exit        `json:"exit,omitempty"`
+	Exit      *bothy.Exit  `json:"exit,omitempty"`
 	Error     *bothy.Error `json:"error,omitempty"`
 }
 
-// Exit is the fields of an exit event: how the process ended.
-type Exit struct {
-	bothy.ExecResult
-	// Cancelled reports that a Cancel (or the supervisor's shutdown)
-	// killed the command.
-	Cancelled bool `json:"cancelled,omitempty"`
-	// DroppedBytes counts the output dropped after the truncated event.
-	DroppedBytes int64 `json:"dropped_bytes,omitempty"`
-}
-
-// finalState is the fields of a terminal state event.
-type finalState struct {
+// FinalState is the fields of a terminal state event: State is
+// bothy.RunFailed, with Error, or bothy.RunLost, with Reason.
+type FinalState struct {
 	State  string       `json:"state"`
 	Reason string       `json:"reason,omitempty"`
 	Error  *bothy.Error `json:"error,omitempty"`
@@ -225,15 +176,12 @@ func (c *Client) call(ctx context.Context, req *Request) (*Response, error) {
 // Run starts a command once. If id was already journaled it starts
 // nothing and returns the existing command's status with Existing set.
 // When Run returns without error the command's accept record is on disk.
-func (c *Client) Run(ctx context.Context, id string, spec RunSpec) (*Status, error) {
-	// JSON would silently replace invalid UTF-8, and a secret changed on
-	// the way would be neither right in the environment nor redacted.
-	for _, m := range []map[string]string{spec.Secrets, spec.SecretFiles} {
-		for k, v := range m {
-			if !utf8.ValidString(v) {
-				return nil, bothy.Errorf(bothy.EINVALID, "secret %s is not valid UTF-8: a secret's value must be text", k)
-			}
-		}
+func (c *Client) Run(ctx context.Context, id string, spec bothy.RunSpec) (*Status, error) {
+	// Checked before sending too: JSON would silently replace invalid
+	// UTF-8 in a secret, which would then be neither right in the
+	// environment nor redacted.
+	if err := spec.Validate(); err != nil {
+		return nil, err
 	}
 	resp, err := c.call(ctx, &Request{Op: OpRun, CommandID: id, RunSpec: spec})
 	if err != nil {
@@ -242,7 +190,7 @@ func (c *Client) Run(ctx context.Context, id string, spec RunSpec) (*Status, err
 	return resp.Status, nil
 }
 
-// Status returns a command's status; an unknown id is StateNeverSeen.
+// Status returns a command's status; an unknown id is bothy.RunNeverSeen.
 func (c *Client) Status(ctx context.Context, id string) (*Status, error) {
 	resp, err := c.call(ctx, &Request{Op: OpStatus, CommandID: id})
 	if err != nil {
@@ -342,34 +290,4 @@ func (s *EventStream) Close() error {
 
 func terminalEvent(e *bothy.Event) bool {
 	return e.Kind == bothy.EventExit || e.Kind == bothy.EventState
-}
-
-// execSpec returns the ExecSpec of s, whose Env holds s.Env and s.Secrets.
-func (s *RunSpec) execSpec() (bothy.ExecSpec, error) {
-	spec := bothy.ExecSpec{Argv: s.Argv, Script: s.Script, Cwd: s.Cwd, Timeout: time.Duration(s.TimeoutMS) * time.Millisecond, Limits: s.Limits}
-	if len(s.Stdin) > MaxStdin {
-		return spec, bothy.Errorf(bothy.ETOOLARGE, "stdin is over %d bytes", MaxStdin)
-	} else if s.TimeoutMS < 0 {
-		return spec, bothy.Errorf(bothy.EINVALID, "timeout must not be negative")
-	}
-	spec.Env = make(map[string]string, len(s.Env)+len(s.Secrets)+1)
-	for k, v := range s.Env {
-		spec.Env[k] = v
-	}
-	// Secrets join the environment; secret files name theirs in it. A
-	// variable may be set once only.
-	for i, m := range []map[string]string{s.Secrets, s.SecretFiles} {
-		for k, v := range m {
-			if _, ok := spec.Env[k]; ok {
-				return spec, bothy.Errorf(bothy.EINVALID, "environment variable %s is set twice (by env, a secret or a secret file)", k)
-			} else if len(v) > 0 && len(v) < redact.MinValueBytes {
-				return spec, bothy.Errorf(bothy.EINVALID, "secret %s is shorter than %d bytes: too short to redact from output", k, redact.MinValueBytes)
-			}
-			if i == 0 {
-				spec.Env[k] = v
-			}
-		}
-	}
-	spec.SecretFiles = s.SecretFiles
-	return spec, spec.Validate()
 }

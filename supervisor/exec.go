@@ -13,24 +13,14 @@ import (
 
 // run accepts a command: its accept record is durable before its process
 // starts, and a command id already journaled is never started again.
-func (s *server) run(id string, rs *RunSpec) (*Status, error) {
-	spec, err := rs.execSpec()
-	if err != nil {
+func (s *server) run(id string, rs *bothy.RunSpec) (*Status, error) {
+	if err := rs.Validate(); err != nil {
 		return nil, err
 	}
-	var red *redact.Redactor
-	if len(rs.Secrets)+len(rs.SecretFiles) > 0 {
-		// Built before the lock: a large secret takes a moment.
-		values := make([][]byte, 0, len(rs.Secrets)+len(rs.SecretFiles))
-		for _, v := range rs.Secrets {
-			values = append(values, []byte(v))
-		}
-		for _, v := range rs.SecretFiles {
-			values = append(values, []byte(v))
-		}
-		if red, err = redact.New(values); err != nil {
-			return nil, bothy.Errorf(bothy.EINVALID, "a secret is too short to redact")
-		}
+	// Built before the lock: a large secret takes a moment.
+	red, err := redactor(rs)
+	if err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	if _, ok := s.cmds[id]; ok {
@@ -56,6 +46,7 @@ func (s *server) run(id string, rs *RunSpec) (*Status, error) {
 	s.runs.Add(1)
 	s.mu.Unlock()
 
+	spec := rs.ExecSpec()
 	spec.Stdin = bytes.NewReader(rs.Stdin)
 	spec.Stdout = &output{s: s, j: j, kind: kindStdout}
 	spec.Stderr = &output{s: s, j: j, kind: kindStderr}
@@ -69,6 +60,28 @@ func (s *server) run(id string, rs *RunSpec) (*Status, error) {
 	spec.Env[MarkEnv] = s.mark
 	go s.exec(ctx, c, spec, flush)
 	return s.status(id, false), nil
+}
+
+// redactor returns the redactor of the values of rs's secrets, nil if it
+// has none. A value that is not empty must be long enough to redact.
+func redactor(rs *bothy.RunSpec) (*redact.Redactor, error) {
+	var values [][]byte
+	for _, m := range []map[string]string{rs.Secrets, rs.SecretFiles} {
+		for k, v := range m {
+			if len(v) > 0 && len(v) < redact.MinValueBytes {
+				return nil, bothy.Errorf(bothy.EINVALID, "secret %s is shorter than %d bytes: too short to redact from output", k, redact.MinValueBytes)
+			}
+			values = append(values, []byte(v))
+		}
+	}
+	if len(values) == 0 {
+		return nil, nil
+	}
+	red, err := redact.New(values)
+	if err != nil {
+		return nil, bothy.Errorf(bothy.EINVALID, "a secret is too short to redact")
+	}
+	return red, nil
 }
 
 func (s *server) exec(ctx context.Context, c *command, spec bothy.ExecSpec, flush []*redacted) {
@@ -92,13 +105,13 @@ func (s *server) exec(ctx context.Context, c *command, spec bothy.ExecSpec, flus
 			// Cancelled for the scratch limit: that is how it ended.
 			res.DiskLimited, cancelled = true, false
 		}
-		data, _ = json.Marshal(Exit{ExecResult: *res, Cancelled: cancelled, DroppedBytes: dropped})
+		data, _ = json.Marshal(bothy.Exit{ExecResult: *res, Cancelled: cancelled, DroppedBytes: dropped})
 	} else {
 		e := &bothy.Error{Code: bothy.ErrorCode(err), Message: bothy.ErrorMessage(err)}
 		if e.Code == bothy.EINTERNAL {
 			s.log.Error("exec", "command", c.j.id, "err", err)
 		}
-		kind, data = kindState, mustJSON(finalState{State: StateFailed, Error: e})
+		kind, data = kindState, mustJSON(FinalState{State: bothy.RunFailed, Error: e})
 	}
 	if err := c.j.finish(kind, data); err != nil {
 		s.log.Error("journal exit", "command", c.j.id, "err", err)

@@ -89,7 +89,7 @@ func TestRun_SecretNeverOnDisk(t *testing.T) {
 	l := newLease(t)
 	_, c := l.spawn(t)
 	script := `printf '%s' "$API_KEY" | sha256sum | cut -c1-64; echo "len=${#API_KEY} plain=$PLAIN mark=${BOTHY_LEASE_MARK:+set} token=${BOTHY_SUPERVISOR_TOKEN:-none}"`
-	run(t, c, "sec", supervisor.RunSpec{Script: script, Env: map[string]string{"PLAIN": "visible"}, Secrets: map[string]string{"API_KEY": testSecret}})
+	run(t, c, "sec", bothy.RunSpec{Script: script, Env: map[string]string{"PLAIN": "visible"}, Secrets: map[string]string{"API_KEY": testSecret}})
 	out, _ := streams(t, events(t, c, "sec", 0))
 	sum := sha256.Sum256([]byte(testSecret))
 	want := hex.EncodeToString(sum[:]) + "\n" + "len=29 plain=visible mark=set token=none\n"
@@ -126,7 +126,7 @@ printf '%s' "${S:0:3}"; sleep 0.1; printf '%s\n' "${S:3}"
 echo "$S" >&2
 echo done
 printf 'end:%s' "${S:0:5}"`
-	run(t, c, "red", supervisor.RunSpec{Script: script, Secrets: map[string]string{"S": testSecret}})
+	run(t, c, "red", bothy.RunSpec{Script: script, Secrets: map[string]string{"S": testSecret}})
 	evs := events(t, c, "red", 0)
 	out, errs := streams(t, evs)
 
@@ -169,7 +169,7 @@ func TestRun_SecretErrInvalid(t *testing.T) {
 	l := newLease(t)
 	_, c := l.spawn(t)
 	ctx := context.Background()
-	for name, spec := range map[string]supervisor.RunSpec{
+	for name, spec := range map[string]bothy.RunSpec{
 		"in env and secrets": {Argv: []string{"true"}, Env: map[string]string{"K": "v"}, Secrets: map[string]string{"K": "long-value"}},
 		"too short":          {Argv: []string{"true"}, Secrets: map[string]string{"K": "abc"}},
 		"not utf-8":          {Argv: []string{"true"}, Secrets: map[string]string{"K": "abc\xff\xfe"}},
@@ -182,12 +182,12 @@ func TestRun_SecretErrInvalid(t *testing.T) {
 		if _, err := c.Run(ctx, id, spec); bothy.ErrorCode(err) != bothy.EINVALID || strings.Contains(err.Error(), "long") {
 			t.Errorf("%s: %v, want EINVALID", name, err)
 		}
-		if st := status(t, c, id); st.State != supervisor.StateNeverSeen {
+		if st := status(t, c, id); st.State != bothy.RunNeverSeen {
 			t.Errorf("%s: refused run left %+v", name, st)
 		}
 	}
 	// An empty secret is allowed: there is nothing to redact.
-	run(t, c, "empty", supervisor.RunSpec{Script: `echo "[${E-unset}]"`, Secrets: map[string]string{"E": ""}})
+	run(t, c, "empty", bothy.RunSpec{Script: `echo "[${E-unset}]"`, Secrets: map[string]string{"E": ""}})
 	if out, _ := streams(t, events(t, c, "empty", 0)); out != "[]\n" {
 		t.Fatalf("empty secret: %q", out)
 	}

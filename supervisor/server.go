@@ -148,6 +148,45 @@ type command struct {
 // a previous supervisor of Dir, and marks every command that has no
 // terminal record as lost: such a command is never run again.
 func Serve(ctx context.Context, cfg Config) error {
+	s := newServer(cfg)
+	if err := os.MkdirAll(s.cmdDir, 0o700); err != nil {
+		return fmt.Errorf("create supervisor directory: %w", err)
+	}
+	lock, err := lockDir(s.cfg.Dir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := s.takeOver(ctx); err != nil {
+		return err
+	}
+	ln, err := listen(s.cfg.Socket)
+	if err != nil {
+		return err
+	}
+	s.runCtx, s.stopRun = context.WithCancel(context.Background())
+	defer s.stopRun()
+	srvCtx, stopSrv := context.WithCancel(context.Background())
+	var conns sync.WaitGroup
+	go s.accept(srvCtx, ln, &conns)
+	go s.flush(srvCtx)
+	s.log.Info("supervisor serving", "socket", s.cfg.Socket, "lease", s.h.LeaseID, "pid", os.Getpid())
+
+	select {
+	case <-ctx.Done():
+	case <-s.shutdown:
+	}
+	s.stopCommands()
+	ln.Close()
+	os.Remove(s.cfg.Socket)
+	stopSrv()
+	conns.Wait()
+	s.log.Info("supervisor stopped")
+	return nil
+}
+
+// newServer returns the server of cfg, with cfg's defaults filled in.
+func newServer(cfg Config) *server {
 	if cfg.Socket == "" {
 		cfg.Socket = SocketPath(cfg.Dir)
 	}
@@ -161,14 +200,16 @@ func Serve(ctx context.Context, cfg Config) error {
 	if s.log == nil {
 		s.log = slog.Default()
 	}
-	if err := os.MkdirAll(s.cmdDir, 0o700); err != nil {
-		return fmt.Errorf("create supervisor directory: %w", err)
-	}
-	lock, err := os.OpenFile(filepath.Join(cfg.Dir, "supervisor.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	return s
+}
+
+// lockDir takes the exclusive lock of a supervisor directory and writes
+// the pid beside it; the lock holds until the returned file is closed.
+func lockDir(dir string) (*os.File, error) {
+	lock, err := os.OpenFile(filepath.Join(dir, "supervisor.lock"), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
-		return fmt.Errorf("open lock: %w", err)
+		return nil, fmt.Errorf("open lock: %w", err)
 	}
-	defer lock.Close()
 	// A supervisor that was just killed may hold the lock a moment longer
 	// (its exit, or a child between fork and exec still sharing the
 	// descriptor), so a restart waits briefly; a live one keeps it.
@@ -177,65 +218,75 @@ func Serve(ctx context.Context, cfg Config) error {
 		if err == nil {
 			break
 		} else if time.Now().After(deadline) {
-			return bothy.Errorf(bothy.ECONFLICT, "another supervisor holds %s", cfg.Dir)
+			lock.Close()
+			return nil, bothy.Errorf(bothy.ECONFLICT, "another supervisor holds %s", dir)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	// The pid lets WaitGone see the process itself end, which happens a
 	// little after the lock is released.
-	if err := os.WriteFile(filepath.Join(cfg.Dir, "supervisor.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-		return fmt.Errorf("write pid: %w", err)
+	if err := os.WriteFile(filepath.Join(dir, "supervisor.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("write pid: %w", err)
 	}
-	if s.mark, err = readMark(cfg.Dir); err != nil {
+	return lock, nil
+}
+
+// takeOver takes over from a previous supervisor of the directory: it
+// reattaches to the sandbox, kills the processes left with the
+// directory's mark and loads the journals.
+func (s *server) takeOver(ctx context.Context) error {
+	var err error
+	if s.mark, err = readMark(s.cfg.Dir); err != nil {
 		return err
 	}
-	if s.h, err = cfg.Provider.Recover(ctx, cfg.Handle); err != nil {
+	if s.h, err = s.cfg.Provider.Recover(ctx, s.cfg.Handle); err != nil {
 		return fmt.Errorf("recover sandbox: %w", err)
 	}
-	if n := killMarked(cfg.Dir, s.mark); n > 0 {
+	if n := killMarked(s.cfg.Dir, s.mark); n > 0 {
 		s.log.Warn("killed processes left by a previous supervisor", "count", n)
 	}
-	if err := s.load(); err != nil {
-		return err
-	}
-	if err := prepareSocketDir(cfg.Socket); err != nil {
-		return err
-	}
-	os.Remove(cfg.Socket)
-	ln, err := net.Listen("unix", cfg.Socket)
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	if err := os.Chmod(cfg.Socket, 0o600); err != nil {
-		ln.Close()
-		return fmt.Errorf("chmod socket: %w", err)
-	}
-	s.runCtx, s.stopRun = context.WithCancel(context.Background())
-	defer s.stopRun()
-	srvCtx, stopSrv := context.WithCancel(context.Background())
-	var conns sync.WaitGroup
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				defer conns.Done()
-				stop := context.AfterFunc(srvCtx, func() { conn.Close() })
-				defer stop()
-				s.handle(srvCtx, conn)
-			}()
-		}
-	}()
-	go s.flush(srvCtx)
-	s.log.Info("supervisor serving", "socket", cfg.Socket, "lease", s.h.LeaseID, "pid", os.Getpid())
+	return s.load()
+}
 
-	select {
-	case <-ctx.Done():
-	case <-s.shutdown:
+// listen listens on the unix socket, which only the caller's uid may use.
+func listen(socket string) (net.Listener, error) {
+	if err := prepareSocketDir(socket); err != nil {
+		return nil, err
 	}
+	os.Remove(socket)
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	if err := os.Chmod(socket, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("chmod socket: %w", err)
+	}
+	return ln, nil
+}
+
+// accept serves each connection of ln until ln is closed; conns counts
+// the connections being served, each closed when ctx is done.
+func (s *server) accept(ctx context.Context, ln net.Listener, conns *sync.WaitGroup) {
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			stop := context.AfterFunc(ctx, func() { conn.Close() })
+			defer stop()
+			s.handle(ctx, conn)
+		}()
+	}
+}
+
+// stopCommands refuses new runs, cancels the running commands and waits
+// until each has journaled its exit; the provider bounds the kill.
+func (s *server) stopCommands() {
 	s.mu.Lock()
 	s.stopping = true
 	for _, c := range s.cmds {
@@ -245,13 +296,7 @@ func Serve(ctx context.Context, cfg Config) error {
 		}
 	}
 	s.mu.Unlock()
-	s.runs.Wait() // every run journals its exit; the provider bounds the kill
-	ln.Close()
-	os.Remove(cfg.Socket)
-	stopSrv()
-	conns.Wait()
-	s.log.Info("supervisor stopped")
-	return nil
+	s.runs.Wait()
 }
 
 // load opens every journal of Dir and ends those without a terminal record.
@@ -273,7 +318,7 @@ func (s *server) load() error {
 			continue
 		}
 		if j.terminal == nil {
-			b, _ := json.Marshal(finalState{State: StateLost, Reason: "the supervisor died while the command ran; its processes were killed"})
+			b, _ := json.Marshal(FinalState{State: bothy.RunLost, Reason: "the supervisor died while the command ran; its processes were killed"})
 			if err := j.finish(kindState, b); err != nil {
 				return fmt.Errorf("mark command %s lost: %w", id, err)
 			}
@@ -312,7 +357,7 @@ func (s *server) flush(ctx context.Context) {
 
 func (s *server) handle(ctx context.Context, conn net.Conn) {
 	defer conn.Close()
-	line, err := bufio.NewReaderSize(io.LimitReader(conn, 4*MaxStdin), 64<<10).ReadBytes('\n')
+	line, err := bufio.NewReaderSize(io.LimitReader(conn, 4*bothy.MaxStdinBytes), 64<<10).ReadBytes('\n')
 	if err != nil {
 		return
 	}
@@ -382,7 +427,7 @@ func (s *server) lookup(id string) *command {
 
 func (s *server) status(id string, existing bool) *Status {
 	c := s.lookup(id)
-	st := &Status{CommandID: id, State: StateNeverSeen}
+	st := &Status{CommandID: id, State: bothy.RunNeverSeen}
 	if c == nil {
 		return st
 	}
@@ -394,13 +439,13 @@ func (s *server) status(id string, existing bool) *Status {
 	st.LastSeq, st.Truncated = j.lastSeq, j.truncated
 	switch t := j.terminal; {
 	case t == nil:
-		st.State = StateRunning
+		st.State = bothy.RunRunning
 	case t.Kind == kindExit:
-		st.State = StateFinished
-		st.Exit = new(Exit)
+		st.State = bothy.RunFinished
+		st.Exit = new(bothy.Exit)
 		json.Unmarshal(t.Data, st.Exit)
 	default:
-		var f finalState
+		var f FinalState
 		json.Unmarshal(t.Data, &f)
 		st.State, st.Error = f.State, f.Error
 	}

@@ -123,7 +123,7 @@ func isZombie(pid int) bool {
 	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z'
 }
 
-func run(t *testing.T, c *supervisor.Client, id string, spec supervisor.RunSpec) *supervisor.Status {
+func run(t *testing.T, c *supervisor.Client, id string, spec bothy.RunSpec) *supervisor.Status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -188,12 +188,12 @@ func wantSeqs(t *testing.T, evs []*bothy.Event, after int64) string {
 	return out.String()
 }
 
-func exitOf(t *testing.T, e *bothy.Event) supervisor.Exit {
+func exitOf(t *testing.T, e *bothy.Event) bothy.Exit {
 	t.Helper()
 	if e.Kind != bothy.EventExit {
 		t.Fatalf("last event is %s %s, want exit", e.Kind, e.Fields)
 	}
-	var x supervisor.Exit
+	var x bothy.Exit
 	if err := json.Unmarshal([]byte(e.Fields), &x); err != nil {
 		t.Fatal(err)
 	}
@@ -204,8 +204,8 @@ func TestRun_Echo(t *testing.T) {
 	t.Parallel()
 	l := newLease(t)
 	_, c := l.spawn(t)
-	st := run(t, c, "cmd1", supervisor.RunSpec{Script: "echo one; echo two >&2; echo three; exit 3"})
-	if st.State != supervisor.StateRunning && st.State != supervisor.StateFinished {
+	st := run(t, c, "cmd1", bothy.RunSpec{Script: "echo one; echo two >&2; echo three; exit 3"})
+	if st.State != bothy.RunRunning && st.State != bothy.RunFinished {
 		t.Fatalf("state %s", st.State)
 	}
 	evs := events(t, c, "cmd1", 0)
@@ -223,10 +223,10 @@ func TestRun_Echo(t *testing.T) {
 	if err := c.Ack(ctx, "cmd1", 2); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(t, c, "cmd1"); st.State != supervisor.StateFinished || st.AckedSeq != 2 || st.LastSeq != int64(len(evs)) {
+	if st := status(t, c, "cmd1"); st.State != bothy.RunFinished || st.AckedSeq != 2 || st.LastSeq != int64(len(evs)) {
 		t.Fatalf("status %+v", st)
 	}
-	if st := status(t, c, "nobody"); st.State != supervisor.StateNeverSeen {
+	if st := status(t, c, "nobody"); st.State != bothy.RunNeverSeen {
 		t.Fatalf("unknown id: %s", st.State)
 	}
 	if _, err := c.Events(ctx, "nobody", 0); bothy.ErrorCode(err) != bothy.ENOTFOUND {
@@ -238,15 +238,15 @@ func TestRun_Idempotent(t *testing.T) {
 	t.Parallel()
 	l := newLease(t)
 	_, c := l.spawn(t)
-	spec := supervisor.RunSpec{Script: "echo ran >> counter; sleep 0.3; echo done"}
+	spec := bothy.RunSpec{Script: "echo ran >> counter; sleep 0.3; echo done"}
 	if st := run(t, c, "once", spec); st.Existing {
 		t.Fatal("first run is existing")
 	}
-	if st := run(t, c, "once", spec); !st.Existing || st.State != supervisor.StateRunning {
+	if st := run(t, c, "once", spec); !st.Existing || st.State != bothy.RunRunning {
 		t.Fatalf("second run while running: %+v", st)
 	}
 	events(t, c, "once", 0)
-	if st := run(t, c, "once", spec); !st.Existing || st.State != supervisor.StateFinished {
+	if st := run(t, c, "once", spec); !st.Existing || st.State != bothy.RunFinished {
 		t.Fatalf("third run after exit: %+v", st)
 	}
 	time.Sleep(100 * time.Millisecond)
@@ -256,7 +256,7 @@ func TestRun_Idempotent(t *testing.T) {
 }
 
 // ticker prints 50 lines 100 ms apart: a 5 s command.
-var ticker = supervisor.RunSpec{Script: "for i in $(seq 1 50); do echo line $i; sleep 0.1; done"}
+var ticker = bothy.RunSpec{Script: "for i in $(seq 1 50); do echo line $i; sleep 0.1; done"}
 
 func wantTicker(t *testing.T, out string) {
 	t.Helper()
@@ -350,7 +350,7 @@ func TestReattach_AgentKilled(t *testing.T) {
 		t.Fatalf("supervisor died with the agent: %v", err)
 	}
 	c2 := dial(t, socket)
-	if st := status(t, c2, "tick"); st.State != supervisor.StateRunning {
+	if st := status(t, c2, "tick"); st.State != bothy.RunRunning {
 		t.Fatalf("after the agent died: %+v", st)
 	}
 	rest := events(t, c2, "tick", first[len(first)-1].Seq)
@@ -362,10 +362,10 @@ func TestSupervisorKilled(t *testing.T) {
 	t.Parallel()
 	l := newLease(t)
 	pid, c := l.spawn(t)
-	run(t, c, "done", supervisor.RunSpec{Argv: []string{"echo", "finished"}})
+	run(t, c, "done", bothy.RunSpec{Argv: []string{"echo", "finished"}})
 	doneEvs := events(t, c, "done", 0)
 	marker := providertest.Marker()
-	long := supervisor.RunSpec{Script: "echo ran >> counter; echo started; sleep " + marker}
+	long := bothy.RunSpec{Script: "echo ran >> counter; echo started; sleep " + marker}
 	run(t, c, "long", long)
 	if evs := readSome(t, c, "long", 1); string(evs[0].Data) != "started\n" {
 		t.Fatalf("first event %+v", evs[0])
@@ -395,18 +395,18 @@ func TestSupervisorKilled(t *testing.T) {
 	if got := events(t, c2, "done", 0); len(got) != len(doneEvs) || wantSeqs(t, got, 0) != "finished\n" {
 		t.Fatalf("finished command after restart: %d events, want %d", len(got), len(doneEvs))
 	}
-	if st := status(t, c2, "done"); st.State != supervisor.StateFinished || st.Exit == nil || st.Exit.ExitCode != 0 {
+	if st := status(t, c2, "done"); st.State != bothy.RunFinished || st.Exit == nil || st.Exit.ExitCode != 0 {
 		t.Fatalf("finished command after restart: %+v", st)
 	}
 	st := status(t, c2, "long")
-	if st.State != supervisor.StateLost || st.LastSeq != 2 {
+	if st.State != bothy.RunLost || st.LastSeq != 2 {
 		t.Fatalf("interrupted command after restart: %+v", st)
 	}
 	evs := events(t, c2, "long", 0)
 	if out := wantSeqs(t, evs, 0); out != "started\n" || !strings.Contains(evs[1].Fields, `"state":"lost"`) {
 		t.Fatalf("interrupted command's events: %q then %s", out, evs[len(evs)-1].Fields)
 	}
-	if st := run(t, c2, "long", long); !st.Existing || st.State != supervisor.StateLost {
+	if st := run(t, c2, "long", long); !st.Existing || st.State != bothy.RunLost {
 		t.Fatalf("rerun of a lost command: %+v", st)
 	}
 	time.Sleep(200 * time.Millisecond)
@@ -421,7 +421,7 @@ func TestCancel_KillsTree(t *testing.T) {
 	_, c := l.spawn(t)
 	marker := providertest.Marker()
 	script := fmt.Sprintf("bash -c 'sleep %s & sleep %s; wait' & sleep %s & echo ready; wait", marker, marker, marker)
-	run(t, c, "tree", supervisor.RunSpec{Script: script})
+	run(t, c, "tree", bothy.RunSpec{Script: script})
 	readSome(t, c, "tree", 1)
 	for i := 0; len(providertest.Processes(marker)) < 4; i++ {
 		if i > 500 {
@@ -465,7 +465,7 @@ func TestSlowReader_BoundedMemory(t *testing.T) {
 	l := newLease(t)
 	pid, c := l.spawn(t)
 	const total = 50 << 20
-	run(t, c, "big", supervisor.RunSpec{Script: fmt.Sprintf("head -c %d /dev/zero", total)})
+	run(t, c, "big", bothy.RunSpec{Script: fmt.Sprintf("head -c %d /dev/zero", total)})
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	s, err := c.Events(ctx, "big", 0)
@@ -521,7 +521,7 @@ func TestCancelDiskLimited(t *testing.T) {
 	t.Parallel()
 	l := newLease(t)
 	_, c := l.spawn(t)
-	run(t, c, "filler", supervisor.RunSpec{Script: "echo writing; sleep 30"})
+	run(t, c, "filler", bothy.RunSpec{Script: "echo writing; sleep 30"})
 	readSome(t, c, "filler", 1)
 	c2 := dial(t, supervisor.SocketPath(l.sup))
 	if _, err := c2.CancelDiskLimited(context.Background(), "filler"); err != nil {

@@ -40,7 +40,7 @@ func TestSupervisor(t *testing.T) {
 		c.Shutdown(context.Background())
 		c.Close()
 	}()
-	if _, err := c.Run(ctx, "cmd1", supervisor.RunSpec{Script: "echo hello > out.txt; echo done"}); err != nil {
+	if _, err := c.Run(ctx, "cmd1", bothy.RunSpec{Script: "echo hello > out.txt; echo done"}); err != nil {
 		t.Fatal(err)
 	}
 	events, err := c.Events(ctx, "cmd1", 0)
