@@ -13,6 +13,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/cgroupfs"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // The cgroup v1 controllers under which a lease has a directory. The
@@ -182,7 +183,7 @@ func (cmd *commandCgroups) create(lim bothy.Limits) error {
 		if err := writeFile(filepath.Join(mem, "memory.limit_in_bytes"), strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
 			return undo(err)
 		}
-		if sw := filepath.Join(mem, "memory.memsw.limit_in_bytes"); exists(sw) {
+		if sw := filepath.Join(mem, "memory.memsw.limit_in_bytes"); sandbox.Exists(sw) {
 			if err := writeFile(sw, strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
 				return undo(err)
 			}

@@ -7,12 +7,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,7 +18,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/cgroupfs"
-	"github.com/bothyhq/bothy/process"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // tagBase is the first gid used as a command's tag. Tags are random below
@@ -91,14 +89,14 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	if err != nil {
 		return nil, err
 	}
-	if !exists(st.Dir) || !exists(p.netns(st)) {
+	if !sandbox.Exists(st.Dir) || !sandbox.Exists(p.netns(st)) {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is not running", h.LeaseID)
 	}
 	tag := newTag()
 	proc := ociProcess{
 		User: ociUser{UID: st.UID, GID: st.UID, AdditionalGids: []int{tag}},
 		Args: spec.Argv,
-		Env:  environ(h.Env, spec.Env),
+		Env:  sandbox.Environ(sandbox.Inside(), h.Env, spec.Env),
 		// The sandbox resolves the working directory in its own mount
 		// namespace: a symlink in the workspace cannot lead out of it.
 		Cwd:             path.Join("/workspace", cwd),
@@ -131,7 +129,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	pidsPath := filepath.Join(p.cgroupDir("pids", st), "pids.events")
 	oomBefore, pidsBefore := cgroupfs.ReadCounter(oomPath, "oom_kill"), cgroupfs.ReadCounter(pidsPath, "max")
 	m := p.meter(st)
-	res, err := process.Run(ctx, cmd, spec, process.RunOptions{
+	res, err := sandbox.Run(ctx, cmd, spec, sandbox.RunOptions{
 		Grace: p.opt.KillGrace,
 		// runsc exec forwards no signal: signal the command's tree in the
 		// sandbox by its tag.
@@ -145,10 +143,8 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	m.end(&res.Usage)
 	res.OOMKilled = cgroupfs.ReadCounter(oomPath, "oom_kill") > oomBefore
 	res.PidsLimited = cgroupfs.ReadCounter(pidsPath, "max") > pidsBefore
-	if res.Signal == "" && res.ExitCode == 128+int(syscall.SIGKILL) && (res.OOMKilled || res.TimedOut) {
-		res.Signal = "SIGKILL"
-	}
-	if err == nil && !exists(pidFile) {
+	sandbox.MarkKilled(res)
+	if err == nil && !sandbox.Exists(pidFile) {
 		// runsc never started the command: the sandbox is gone, or the
 		// program or the working directory is missing (runsc said which
 		// on the command's stderr). A shell reports the latter as 127.
@@ -271,25 +267,6 @@ func (p *Provider) SandboxProcesses(ctx context.Context, h *bothy.SandboxHandle)
 		return nil, err
 	}
 	return strings.Split(strings.TrimSuffix(string(out), "\n"), "\n"), nil
-}
-
-// environ returns a command's environment: a clean base, then the lease's
-// variables, then the command's.
-func environ(layers ...map[string]string) []string {
-	env := map[string]string{
-		"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-		"HOME": "/workspace",
-		"LANG": "C.UTF-8",
-		"USER": "bothy",
-	}
-	for _, l := range layers {
-		maps.Copy(env, l)
-	}
-	out := make([]string, 0, len(env))
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, k+"="+env[k])
-	}
-	return out
 }
 
 func newTag() int {
