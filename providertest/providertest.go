@@ -10,9 +10,11 @@
 // memory, wall time), Limits.ScratchBytes as the largest file a command
 // can write (DiskLimited when that kills it) and LeaseSpec.NetNS. The
 // NetNS case needs root (it creates a namespace with ip) and is skipped
-// otherwise. What only an isolating provider does (no network without
-// NetNS, Landlock, cgroup accounting) is for the provider's own tests,
-// with the helpers here (NetNS, BusyScript, AllocScript).
+// otherwise. What every isolating provider does (a uid of its own, no
+// capabilities, no network without NetNS, nothing left after Stop) is
+// TestIsolating's; what only one does (Landlock, cgroup accounting) is for
+// the provider's own tests, with the helpers here (NetNS, BusyScript,
+// AllocScript, WantAlive).
 package providertest
 
 import (
@@ -270,7 +272,7 @@ func testBackground(t *testing.T, newProvider func(t *testing.T) bothy.Provider)
 		if res.ExitCode != 0 || out != "alive\n" {
 			t.Fatalf("the background process of the previous command: result %+v stdout %q stderr %q", res, out, errOut)
 		}
-		if procs := processes(t, p, h, m); len(procs) != 2 {
+		if procs := ProcessesOf(t, p, h, m); len(procs) != 2 {
 			t.Fatalf("background processes %v, want 2", procs)
 		}
 	})
@@ -515,9 +517,10 @@ func WantNoProcess(t testing.TB, marker string) {
 	}
 }
 
-// processes returns the host pids and, if p is a ProcessLister, the command
-// lines of the processes in h's sandbox, whose command line holds marker.
-func processes(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker string) []string {
+// ProcessesOf returns the host pids and, if p is a ProcessLister, the
+// command lines of the processes in h's sandbox, whose command line holds
+// marker.
+func ProcessesOf(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker string) []string {
 	t.Helper()
 	var out []string
 	for _, pid := range Processes(marker) {
@@ -542,7 +545,7 @@ func wantNoProcess(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marke
 	t.Helper()
 	deadline := time.Now().Add(500 * time.Millisecond)
 	for {
-		procs := processes(t, p, h, marker)
+		procs := ProcessesOf(t, p, h, marker)
 		if len(procs) == 0 {
 			return
 		}
@@ -556,7 +559,7 @@ func wantNoProcess(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marke
 func waitProcess(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for len(processes(t, p, h, marker)) == 0 {
+	for len(ProcessesOf(t, p, h, marker)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the command's process (marker %s) never appeared", marker)
 		}
