@@ -386,17 +386,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 	if st.UID != 0 {
 		// The sandbox's pid 1 takes a moment to exit: the kernel has it
 		// wait until every process of its pid namespace is reaped.
-		deadline := time.Now().Add(5 * time.Second)
-		for pids := processesOf(st.UID); len(pids) > 0; pids = processesOf(st.UID) {
-			if time.Now().After(deadline) {
-				res.Processes = pids
-				break
-			}
-			for _, pid := range pids {
-				unix.Kill(pid, unix.SIGKILL)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		res.Processes = sandbox.KillAll(func() []int { return processesOf(st.UID) }, 5*time.Second)
 		// A uid is reused only once nothing of this lease is left.
 		if res.Empty() {
 			p.leases.UIDs.Release(st.UID)
@@ -408,11 +398,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 // Recover checks that the lease's cgroups, mount, uid and sandbox (the same
 // pid 1, by pid and start time) are still in place and returns the handle.
 func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHandle, error) {
-	h, err := bothy.DecodeSandboxHandle(handle, Name)
-	if err != nil {
-		return nil, err
-	}
-	st, err := decodeState(h)
+	h, st, err := sandbox.Decode(handle, Name, decodeState)
 	if err != nil {
 		return nil, err
 	}
@@ -424,8 +410,8 @@ func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHa
 	if !sandbox.Mounted(filepath.Join(st.Dir, "workspace")) {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (workspace not mounted)", h.LeaseID)
 	}
-	if !p.leases.UIDs.Holds(st.UID, h.LeaseID) {
-		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (uid %d not held)", h.LeaseID, st.UID)
+	if err := p.leases.Held(h.LeaseID, st.UID); err != nil {
+		return nil, err
 	}
 	if startTime(st.Holder) != st.HolderStart {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (its init %d has ended)", h.LeaseID, st.Holder)
@@ -452,17 +438,11 @@ func decodeState(h *bothy.SandboxHandle) (*state, error) {
 // and the one a sandbox leaves (its pid 1, orphaned when the bwrap monitor
 // is killed first) is reaped by the host's init.
 func processesOf(uid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
 	want := strconv.Itoa(uid)
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	return sandbox.Processes(func(pid int) bool {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
-		if err != nil {
-			continue
+			return false
 		}
 		var zombie, match bool
 		for line := range strings.Lines(string(b)) {
@@ -474,9 +454,6 @@ func processesOf(uid int) []int {
 				break
 			}
 		}
-		if match && !zombie {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+		return match && !zombie
+	})
 }

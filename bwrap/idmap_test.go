@@ -107,9 +107,7 @@ func TestProvider_WorkspaceUID(t *testing.T) {
 		}
 	}
 	p, err := bwrap.New(bwrap.Options{StateDir: dir, UIDBase: 310000, UIDCount: 2, KillGrace: time.Second})
-	if err != nil {
-		providertest.Unavailable(t, "%v; run scripts/sandbox-deps as root", err)
-	}
+	p = providertest.Available(t, p, err)
 	ctx := context.Background()
 	reserve := func(leaseID string) (int, error) { return p.WorkspaceUID(ctx, leaseID) }
 	a, b, c := providertest.NewID("lease"), providertest.NewID("lease"), providertest.NewID("lease")

@@ -69,6 +69,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -336,17 +337,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 	// and anything of runsc's outside the cgroups: all name the lease's
 	// runsc root on their command lines.
 	marker := "--root=" + st.runscRoot()
-	deadline := time.Now().Add(5 * time.Second)
-	for pids := processesWith(marker); len(pids) > 0; pids = processesWith(marker) {
-		if time.Now().After(deadline) {
-			res.Processes = pids
-			break
-		}
-		for _, pid := range pids {
-			unix.Kill(pid, unix.SIGKILL)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	res.Processes = sandbox.KillAll(func() []int { return processesWith(marker) }, 5*time.Second)
 	for _, dir := range p.cgroupDirs(st) {
 		if err := cgroupfs.Remove(dir, 2*time.Second); err != nil || sandbox.Exists(dir) {
 			res.Cgroups = append(res.Cgroups, dir)
@@ -387,16 +378,12 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 // Recover checks that the lease's sandbox is still running, under the same
 // uid, and returns the handle.
 func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHandle, error) {
-	h, err := bothy.DecodeSandboxHandle(handle, Name)
+	h, st, err := sandbox.Decode(handle, Name, decodeState)
 	if err != nil {
 		return nil, err
 	}
-	st, err := decodeState(h)
-	if err != nil {
+	if err := p.leases.Held(h.LeaseID, st.UID); err != nil {
 		return nil, err
-	}
-	if !p.leases.UIDs.Holds(st.UID, h.LeaseID) {
-		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (uid %d not held)", h.LeaseID, st.UID)
 	}
 	if s := p.sandboxStatus(ctx, st); s != "running" {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (runsc status %q)", h.LeaseID, s)
@@ -431,21 +418,8 @@ func tail(path string) string {
 // processesWith returns the pids of live host processes whose command line
 // holds s. Zombies are left out.
 func processesWith(s string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(b), s) {
-			continue
-		}
-		var pid int
-		fmt.Sscan(e.Name(), &pid)
-		if pid > 0 && pid != os.Getpid() {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return sandbox.Processes(func(pid int) bool {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		return err == nil && strings.Contains(string(b), s)
+	})
 }

@@ -19,12 +19,8 @@ import (
 // newProvider returns a provider with the default options, or ends the test
 // when the host lacks what it needs.
 func newProvider(t testing.TB) *gvisor.Provider {
-	t.Helper()
 	p, err := gvisor.New(gvisor.Options{KillGrace: time.Second})
-	if err != nil {
-		providertest.Unavailable(t, "%v; run scripts/sandbox-deps as root", err)
-	}
-	return p
+	return providertest.Available(t, p, err)
 }
 
 func TestProvider(t *testing.T) {

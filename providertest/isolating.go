@@ -50,6 +50,16 @@ type Isolating struct {
 	End func(t *testing.T, h *bothy.SandboxHandle)
 }
 
+// Available returns p, or, if New of the provider failed with err, ends
+// the test as Unavailable: the host cannot run the provider.
+func Available[P bothy.Provider](t testing.TB, p P, err error) P {
+	t.Helper()
+	if err != nil {
+		Unavailable(t, "%v; run scripts/sandbox-deps as root", err)
+	}
+	return p
+}
+
 // TestIsolating runs the cases of an isolating provider, besides
 // TestProvider's: what a command of its sandbox is (the lease's uid, no
 // capabilities, no /etc/shadow, a read-only system), what it reaches of

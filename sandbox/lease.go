@@ -89,6 +89,15 @@ func (l *Leases) Own(spec bothy.LeaseSpec) (int, error) {
 	return uid, uidpool.Chown(spec.Workspace, uid)
 }
 
+// Held returns nil if uid is still reserved for the lease, for Recover,
+// and ENOTFOUND if it is not.
+func (l *Leases) Held(leaseID string, uid int) error {
+	if !l.UIDs.Holds(uid, leaseID) {
+		return bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (uid %d not held)", leaseID, uid)
+	}
+	return nil
+}
+
 // Stop is an isolating provider's Stop: it decodes the provider's state of
 // h, tears down what the lease has on the host and returns what is left,
 // with an error that names it unless nothing is.
