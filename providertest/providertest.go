@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // Unavailable ends a test whose provider cannot run on this host: it fails
@@ -485,36 +486,17 @@ func Marker() string {
 
 // Processes returns the host pids whose command line contains s.
 func Processes(s string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(s)) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return sandbox.Processes(func(pid int) bool {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		return err == nil && bytes.Contains(b, []byte(s))
+	})
 }
 
 // WantNoProcess fails the test if a host process whose command line holds
 // marker is still alive half a second from now.
 func WantNoProcess(t testing.TB, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for {
-		pids := Processes(marker)
-		if len(pids) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes %v of the command (marker %s) are still alive", pids, marker)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wantNoProcess(t, nil, nil, marker)
 }
 
 // ProcessesOf returns the host pids and, if p is a ProcessLister, the
@@ -540,7 +522,9 @@ func ProcessesOf(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker 
 	return out
 }
 
-// wantNoProcess is WantNoProcess, looking in h's sandbox too.
+// wantNoProcess fails the test if a process whose command line holds
+// marker is still alive, on the host or, if p is a ProcessLister, in h's
+// sandbox, half a second from now.
 func wantNoProcess(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker string) {
 	t.Helper()
 	deadline := time.Now().Add(500 * time.Millisecond)
