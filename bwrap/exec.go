@@ -168,8 +168,8 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	cmd := sandbox.Command(context.Background(), "/usr/bin/perl", p.argv(h, st, cg, cwd, spec)...)
 	cmd.ExtraFiles = append(append([]*os.File{envR}, holder...), files...) // envFD, nsFD..., secret files
 
-	pidsPath := filepath.Join(st.Cgroups.V1["pids"], "pids.events")
-	oomBefore, pidsBefore := st.Cgroups.oomKills(), cgroupfs.ReadCounter(pidsPath, "max")
+	pidsDir := st.Cgroups.V1["pids"]
+	oomBefore, pidsBefore := st.Cgroups.oomKills(), cgroupfs.PidsRefused(pidsDir)
 	fsize := h.Limits.FileSizeLimit(spec.Limits)
 	var mainPid int
 	res, err = sandbox.Run(ctx, cmd, spec, sandbox.RunOptions{
@@ -183,7 +183,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		res.Usage.CPUMicros = cg.cpuMicros()
 		res.Usage.PeakMemoryBytes = max(res.Usage.PeakMemoryBytes, cg.peakMemory())
 		res.OOMKilled = st.Cgroups.oomKilledSince(oomBefore)
-		res.PidsLimited = cgroupfs.ReadCounter(pidsPath, "max") > pidsBefore || cg.pidsLimited()
+		res.PidsLimited = cgroupfs.PidsRefused(pidsDir) > pidsBefore || cg.pidsLimited()
 		sandbox.MarkKilled(res)
 	}
 	return res, err
@@ -231,10 +231,10 @@ func (p *Provider) LeaseUsage(ctx context.Context, h *bothy.SandboxHandle) (both
 	}
 	var u bothy.Usage
 	if dir := st.Cgroups.V1["cpuacct"]; dir != "" {
-		u.CPUMicros = cgroupfs.ReadInt(filepath.Join(dir, "cpuacct.usage")) / 1000
+		u.CPUMicros = cgroupfs.CPUNanos(dir) / 1000
 	}
 	if dir := st.Cgroups.V1["memory"]; dir != "" {
-		u.PeakMemoryBytes = cgroupfs.ReadInt(filepath.Join(dir, "memory.max_usage_in_bytes"))
+		u.PeakMemoryBytes = cgroupfs.MemoryPeak(dir)
 	}
 	return u, nil
 }

@@ -125,9 +125,8 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	}
 	defer closeProc()
 
-	oomPath := filepath.Join(p.cgroupDir("memory", st), "memory.oom_control")
-	pidsPath := filepath.Join(p.cgroupDir("pids", st), "pids.events")
-	oomBefore, pidsBefore := cgroupfs.ReadCounter(oomPath, "oom_kill"), cgroupfs.ReadCounter(pidsPath, "max")
+	memDir, pidsDir := p.cgroupDir("memory", st), p.cgroupDir("pids", st)
+	oomBefore, pidsBefore := cgroupfs.OOMKills(memDir), cgroupfs.PidsRefused(pidsDir)
 	m := p.meter(st)
 	res, err := sandbox.Run(ctx, cmd, spec, sandbox.RunOptions{
 		Grace: p.opt.KillGrace,
@@ -141,8 +140,8 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		return nil, err
 	}
 	m.end(&res.Usage)
-	res.OOMKilled = cgroupfs.ReadCounter(oomPath, "oom_kill") > oomBefore
-	res.PidsLimited = cgroupfs.ReadCounter(pidsPath, "max") > pidsBefore
+	res.OOMKilled = cgroupfs.OOMKills(memDir) > oomBefore
+	res.PidsLimited = cgroupfs.PidsRefused(pidsDir) > pidsBefore
 	sandbox.MarkKilled(res)
 	if err == nil && !sandbox.Exists(pidFile) {
 		// runsc never started the command: the sandbox is gone, or the
@@ -171,22 +170,22 @@ type sandboxMeter struct {
 // lease share).
 func (p *Provider) meter(st *state) *sandboxMeter {
 	m := &sandboxMeter{memoryDir: p.cgroupDir("memory", st), acctDir: p.cgroupDir("cpuacct", st)}
-	m.cpuBefore = cgroupfs.ReadInt(filepath.Join(m.acctDir, "cpuacct.usage"))
+	m.cpuBefore = cgroupfs.CPUNanos(m.acctDir)
 	os.WriteFile(filepath.Join(m.memoryDir, "memory.max_usage_in_bytes"), []byte("0"), 0)
 	return m
 }
 
 // memory returns the sandbox's memory now.
 func (m *sandboxMeter) memory() int64 {
-	return cgroupfs.ReadInt(filepath.Join(m.memoryDir, "memory.usage_in_bytes"))
+	return cgroupfs.Memory(m.memoryDir)
 }
 
 // end fills u's CPU time and peak memory.
 func (m *sandboxMeter) end(u *bothy.Usage) {
-	if cpu := cgroupfs.ReadInt(filepath.Join(m.acctDir, "cpuacct.usage")); cpu > m.cpuBefore {
+	if cpu := cgroupfs.CPUNanos(m.acctDir); cpu > m.cpuBefore {
 		u.CPUMicros = (cpu - m.cpuBefore) / 1000
 	}
-	u.PeakMemoryBytes = max(u.PeakMemoryBytes, cgroupfs.ReadInt(filepath.Join(m.memoryDir, "memory.max_usage_in_bytes")))
+	u.PeakMemoryBytes = max(u.PeakMemoryBytes, cgroupfs.MemoryPeak(m.memoryDir))
 }
 
 // runscExec returns a runsc exec command of proc in the lease's sandbox,
@@ -286,7 +285,7 @@ func (p *Provider) LeaseUsage(ctx context.Context, h *bothy.SandboxHandle) (both
 		return bothy.Usage{}, err
 	}
 	return bothy.Usage{
-		CPUMicros:       cgroupfs.ReadInt(filepath.Join(p.cgroupDir("cpuacct", st), "cpuacct.usage")) / 1000,
-		PeakMemoryBytes: cgroupfs.ReadInt(filepath.Join(p.cgroupDir("memory", st), "memory.max_usage_in_bytes")),
+		CPUMicros:       cgroupfs.CPUNanos(p.cgroupDir("cpuacct", st)) / 1000,
+		PeakMemoryBytes: cgroupfs.MemoryPeak(p.cgroupDir("memory", st)),
 	}, nil
 }
