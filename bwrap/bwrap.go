@@ -60,7 +60,6 @@
 package bwrap
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -80,14 +79,11 @@ import (
 // Name is the provider's name.
 const Name = "bwrap"
 
-// Defaults of Options.
+// Defaults of Options; the others are sandbox.Host's.
 const (
 	DefaultStateDir     = "/run/bothy/bwrap"
-	DefaultCgroupRoot   = "/sys/fs/cgroup"
 	DefaultCgroupParent = "bothy"
 	DefaultUIDBase      = 200000
-	DefaultUIDCount     = 65536
-	DefaultPids         = 4096
 )
 
 var (
@@ -97,20 +93,12 @@ var (
 
 // Options configure a Provider. Zero fields take the defaults.
 type Options struct {
-	// StateDir holds a directory per lease (the workspace bind mount) and
-	// the uid allocations. Every directory above it must be searchable by
-	// others (mode o+x), since bwrap runs as the lease's uid.
-	StateDir string
-	// CgroupRoot is where the v1 controllers and the v2 "unified"
-	// hierarchy are mounted; CgroupParent is the directory under each that
-	// holds the leases' cgroups.
-	CgroupRoot, CgroupParent string
-	// Leases get uids UIDBase to UIDBase+UIDCount-1; the same number is
-	// their gid. No other user of the host may use these ids.
-	UIDBase, UIDCount int
-	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
-	// cancel; zero means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
+	// Host's StateDir holds a directory per lease (the workspace bind
+	// mount) and the uid allocations; every directory above it must be
+	// searchable by others (mode o+x), since bwrap runs as the lease's
+	// uid. CgroupRoot holds the v1 controllers and the v2 "unified"
+	// hierarchy.
+	sandbox.Host
 	// Bwrap, Setpriv, Nsenter and Prlimit are the programs' paths; empty
 	// means a PATH lookup.
 	Bwrap, Setpriv, Nsenter, Prlimit string
@@ -153,11 +141,7 @@ type state struct {
 // v2 hierarchy, or a state directory bwrap can traverse. Landlock is not
 // required: without it, commands run without (see state.Landlock).
 func New(opt Options) (*Provider, error) {
-	opt.StateDir = cmp.Or(opt.StateDir, DefaultStateDir)
-	opt.CgroupRoot = cmp.Or(opt.CgroupRoot, DefaultCgroupRoot)
-	opt.CgroupParent = cmp.Or(opt.CgroupParent, DefaultCgroupParent)
-	opt.UIDBase = cmp.Or(opt.UIDBase, DefaultUIDBase)
-	opt.UIDCount = cmp.Or(opt.UIDCount, DefaultUIDCount)
+	opt.Host = opt.Host.WithDefaults(sandbox.Host{StateDir: DefaultStateDir, CgroupParent: DefaultCgroupParent, UIDBase: DefaultUIDBase})
 	var need sandbox.Needs
 	need.Root("it creates cgroups and drops to per-lease uids")
 	need.Program(&opt.Bwrap, "bwrap")
@@ -181,7 +165,7 @@ func New(opt Options) (*Provider, error) {
 	}
 	// A reservation is live once its lease has started (it has a
 	// directory) or while a process runs as its uid.
-	leases := sandbox.NewLeases(opt.StateDir, opt.UIDBase, opt.UIDCount, func(uid int) bool { return len(processesOf(uid)) > 0 })
+	leases := sandbox.NewLeases(opt.Host, func(uid int) bool { return len(processesOf(uid)) > 0 })
 	return &Provider{opt: opt, filter: filter, leases: leases, acct: acct}, nil
 }
 
@@ -300,7 +284,7 @@ func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (
 	}
 	l := spec.Limits
 	if l.Pids == 0 {
-		l.Pids = DefaultPids
+		l.Pids = sandbox.DefaultPids
 	}
 	if err := writeFile(filepath.Join(st.Cgroups.V1["pids"], "pids.max"), strconv.FormatInt(l.Pids, 10)); err != nil {
 		return nil, err

@@ -12,12 +12,13 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/bwrap"
 	"github.com/bothyhq/bothy/providertest"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // newProvider returns a provider with the default options, or ends the test
 // when the host lacks what it needs.
 func newProvider(t testing.TB) *bwrap.Provider {
-	p, err := bwrap.New(bwrap.Options{KillGrace: time.Second})
+	p, err := bwrap.New(bwrap.Options{Host: sandbox.Host{KillGrace: time.Second}})
 	return providertest.Available(t, p, err)
 }
 

@@ -83,17 +83,14 @@ import (
 // Name is the provider's name.
 const Name = "gvisor"
 
-// Defaults of Options.
+// Defaults of Options; the others are sandbox.Host's.
 const (
 	DefaultStateDir     = "/run/bothy/gvisor"
-	DefaultCgroupRoot   = "/sys/fs/cgroup"
 	DefaultCgroupParent = "bothy-gvisor"
 	DefaultNetnsDir     = "/run/netns"
 	// The uid range follows bwrap's (200000-265535), so that both
 	// providers can run on one host.
-	DefaultUIDBase  = 300000
-	DefaultUIDCount = 65536
-	DefaultPids     = 4096
+	DefaultUIDBase = 300000
 	// MinPids is the room the host's pids limit leaves above the lease's:
 	// the host counts the sentry's and the gofer's threads and the ptrace
 	// stubs too. A host limit of 64 crashed a sandbox, and 1024 above a
@@ -108,20 +105,12 @@ var (
 
 // Options configure a Provider. Zero fields take the defaults.
 type Options struct {
-	// StateDir holds the root filesystem skeleton, a directory per lease
-	// (its OCI bundle and runsc's state) and the uid allocations.
-	StateDir string
-	// CgroupRoot is where the v1 controllers are mounted; CgroupParent is
-	// the directory under each that holds the leases' cgroups.
-	CgroupRoot, CgroupParent string
+	// Host's StateDir holds the root filesystem skeleton, a directory per
+	// lease (its OCI bundle and runsc's state) and the uid allocations;
+	// CgroupRoot holds the v1 controllers.
+	sandbox.Host
 	// NetnsDir is where `ip netns` keeps named network namespaces.
 	NetnsDir string
-	// Leases get uids UIDBase to UIDBase+UIDCount-1; the same number is
-	// their gid. No other user of the host may use these ids.
-	UIDBase, UIDCount int
-	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
-	// cancel; zero means sandbox.DefaultKillGrace.
-	KillGrace time.Duration
 	// Runsc, Nsenter and IP are the programs' paths; empty means a PATH
 	// lookup.
 	Runsc, Nsenter, IP string
@@ -166,12 +155,8 @@ func (st *state) bundle() string { return filepath.Join(st.Dir, "bundle") }
 // (the sandbox's init and helpers), prlimit, bash, the cgroup v1 memory, pids, cpu
 // and cpuacct controllers, or a writable state directory.
 func New(opt Options) (*Provider, error) {
-	opt.StateDir = cmp.Or(opt.StateDir, DefaultStateDir)
-	opt.CgroupRoot = cmp.Or(opt.CgroupRoot, DefaultCgroupRoot)
-	opt.CgroupParent = cmp.Or(opt.CgroupParent, DefaultCgroupParent)
+	opt.Host = opt.Host.WithDefaults(sandbox.Host{StateDir: DefaultStateDir, CgroupParent: DefaultCgroupParent, UIDBase: DefaultUIDBase})
 	opt.NetnsDir = cmp.Or(opt.NetnsDir, DefaultNetnsDir)
-	opt.UIDBase = cmp.Or(opt.UIDBase, DefaultUIDBase)
-	opt.UIDCount = cmp.Or(opt.UIDCount, DefaultUIDCount)
 	var need sandbox.Needs
 	need.Root("runsc needs it to create sandboxes and cgroups")
 	need.Program(&opt.Runsc, "runsc")
@@ -186,7 +171,7 @@ func New(opt Options) (*Provider, error) {
 	}
 	// No host process runs as a gVisor lease's uid, so the lease
 	// directory is the only sign of a started lease.
-	return &Provider{opt: opt, leases: sandbox.NewLeases(opt.StateDir, opt.UIDBase, opt.UIDCount, nil)}, nil
+	return &Provider{opt: opt, leases: sandbox.NewLeases(opt.Host, nil)}, nil
 }
 
 // prepare creates the state directories and the root filesystem skeleton

@@ -14,12 +14,13 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/gvisor"
 	"github.com/bothyhq/bothy/providertest"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // newProvider returns a provider with the default options, or ends the test
 // when the host lacks what it needs.
 func newProvider(t testing.TB) *gvisor.Provider {
-	p, err := gvisor.New(gvisor.Options{KillGrace: time.Second})
+	p, err := gvisor.New(gvisor.Options{Host: sandbox.Host{KillGrace: time.Second}})
 	return providertest.Available(t, p, err)
 }
 

@@ -147,7 +147,7 @@ func (p *Provider) containerSpec(spec bothy.LeaseSpec, st *state) *ociSpec {
 // sandbox.
 func guestPids(l bothy.Limits) int64 {
 	if l.Pids == 0 {
-		return DefaultPids
+		return sandbox.DefaultPids
 	}
 	return l.Pids
 }

@@ -229,26 +229,21 @@ func testKill(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 		}
 		wantNoProcess(t, p, h, m)
 	})
-	t.Run("CancelKillsTree", func(t *testing.T) {
-		m := Marker()
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		defer cancel()
-		_, err := p.Exec(ctx, h, bothy.ExecSpec{Script: fmt.Sprintf("(sleep %s &); sleep %s & sleep %s", m, m, m), Timeout: 20 * time.Second})
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("error %v, want context.DeadlineExceeded", err)
-		}
-		wantNoProcess(t, p, h, m)
-	})
-	t.Run("Cancel", func(t *testing.T) {
-		m := Marker()
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		defer cancel()
-		_, err := p.Exec(ctx, h, bothy.ExecSpec{Script: fmt.Sprintf("sleep %s & sleep %s", m, m), Timeout: 20 * time.Second})
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("error %v, want context.DeadlineExceeded", err)
-		}
-		wantNoProcess(t, p, h, m)
-	})
+	for _, c := range []struct{ name, script string }{
+		{"CancelKillsTree", "(sleep %[1]s &); sleep %[1]s & sleep %[1]s"},
+		{"Cancel", "sleep %[1]s & sleep %[1]s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := Marker()
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, err := p.Exec(ctx, h, bothy.ExecSpec{Script: fmt.Sprintf(c.script, m), Timeout: 20 * time.Second})
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("error %v, want context.DeadlineExceeded", err)
+			}
+			wantNoProcess(t, p, h, m)
+		})
+	}
 }
 
 // testBackground checks that what a command leaves running when it exits

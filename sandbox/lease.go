@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,45 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/uidpool"
 )
+
+// Defaults of Host that every isolating provider shares, and the pids
+// limit of a lease whose Limits.Pids is 0.
+const (
+	DefaultCgroupRoot = "/sys/fs/cgroup"
+	DefaultUIDCount   = 65536
+	DefaultPids       = 4096
+)
+
+// Host is the configuration that every isolating provider has: what it
+// keeps on the host, where, and how long a command's tree has between
+// SIGTERM and SIGKILL. A provider's Options embed it.
+type Host struct {
+	// StateDir holds a directory per lease (under leases/), the uid
+	// reservations (under uids/) and what else the provider keeps.
+	StateDir string
+	// CgroupRoot is where the cgroup hierarchies are mounted; CgroupParent
+	// is the directory under each that holds the leases' cgroups.
+	CgroupRoot, CgroupParent string
+	// Leases get uids UIDBase to UIDBase+UIDCount-1; the same number is
+	// their gid. No other user of the host may use these ids.
+	UIDBase, UIDCount int
+	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
+	// cancel; zero means DefaultKillGrace.
+	KillGrace time.Duration
+}
+
+// WithDefaults returns h with its zero fields taken from the provider's
+// defaults d, and CgroupRoot and UIDCount, where d has none either, from
+// DefaultCgroupRoot and DefaultUIDCount.
+func (h Host) WithDefaults(d Host) Host {
+	h.StateDir = cmp.Or(h.StateDir, d.StateDir)
+	h.CgroupRoot = cmp.Or(h.CgroupRoot, d.CgroupRoot, DefaultCgroupRoot)
+	h.CgroupParent = cmp.Or(h.CgroupParent, d.CgroupParent)
+	h.UIDBase = cmp.Or(h.UIDBase, d.UIDBase)
+	h.UIDCount = cmp.Or(h.UIDCount, d.UIDCount, DefaultUIDCount)
+	h.KillGrace = cmp.Or(h.KillGrace, d.KillGrace)
+	return h
+}
 
 // ReservationTTL is how long a uid named by WorkspaceUID stays reserved
 // for a lease that never starts (its runtime gave up between WorkspaceUID
@@ -27,16 +67,16 @@ type Leases struct {
 	UIDs *uidpool.Pool
 }
 
-// NewLeases returns the leases under stateDir/leases, with the uids base to
-// base+count-1 reserved under stateDir/uids. A reservation is live once its
+// NewLeases returns the leases under h.StateDir/leases, with the uids of
+// h's range reserved under h.StateDir/uids. A reservation is live once its
 // lease has started (it has a directory) or, if running is set, while
 // running reports true for its uid.
-func NewLeases(stateDir string, base, count int, running func(uid int) bool) *Leases {
-	l := &Leases{Dir: filepath.Join(stateDir, "leases")}
+func NewLeases(h Host, running func(uid int) bool) *Leases {
+	l := &Leases{Dir: filepath.Join(h.StateDir, "leases")}
 	l.UIDs = &uidpool.Pool{
-		Dir:   filepath.Join(stateDir, "uids"),
-		Base:  base,
-		Count: count,
+		Dir:   filepath.Join(h.StateDir, "uids"),
+		Base:  h.UIDBase,
+		Count: h.UIDCount,
 		TTL:   ReservationTTL,
 		Live: func(uid int, leaseID string) bool {
 			return leaseID != "" && Exists(filepath.Join(l.Dir, leaseID)) || running != nil && running(uid)

@@ -125,7 +125,7 @@ func TestDecode(t *testing.T) {
 
 func TestLeases_Create(t *testing.T) {
 	state := t.TempDir()
-	l := sandbox.NewLeases(state, 400000, 2, nil)
+	l := sandbox.NewLeases(sandbox.Host{StateDir: state, UIDBase: 400000, UIDCount: 2}, nil)
 	if err := os.MkdirAll(l.Dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -158,4 +158,13 @@ func TestLeases_Create(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestHost_WithDefaults(t *testing.T) {
+	d := sandbox.Host{StateDir: "/run/p", CgroupParent: "p", UIDBase: 1000}
+	got := sandbox.Host{StateDir: "/mine", UIDCount: 2}.WithDefaults(d)
+	want := sandbox.Host{StateDir: "/mine", CgroupRoot: sandbox.DefaultCgroupRoot, CgroupParent: "p", UIDBase: 1000, UIDCount: 2}
+	if got != want {
+		t.Fatalf("WithDefaults = %+v, want %+v", got, want)
+	}
 }
