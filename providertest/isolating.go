@@ -63,9 +63,9 @@ func Available[P bothy.Provider](t testing.TB, p P, err error) P {
 // TestIsolating runs the cases of an isolating provider, besides
 // TestProvider's: what a command of its sandbox is (the lease's uid, no
 // capabilities, no /etc/shadow, a read-only system), what it reaches of
-// the network (TestNetworkIsolation), that its environment never shows in
-// a host command line, that it cannot end its sandbox, that Stop leaves
-// nothing, and that a sandbox ended from outside is gone.
+// the network, that its environment never shows in a host command line,
+// that it cannot end its sandbox, that Stop leaves nothing, and that a
+// sandbox ended from outside is gone.
 func TestIsolating(t *testing.T, c Isolating) {
 	p := c.New(t)
 	h, ws := Start(t, p, bothy.LeaseSpec{})
@@ -86,7 +86,7 @@ func TestIsolating(t *testing.T, c Isolating) {
 	for name, run := range c.Cases {
 		t.Run(name, func(t *testing.T) { run(t, p, h, ws) })
 	}
-	TestNetworkIsolation(t, p, h)
+	testNetworkIsolation(t, p, h)
 	t.Run("NoArgvSecrets", func(t *testing.T) { testNoArgvSecrets(t, p, h) })
 	t.Run("InitUnkillable", func(t *testing.T) { testInitUnkillable(t, c.New(t)) })
 	t.Run("Stop", func(t *testing.T) { testIsolatedStop(t, c) })
@@ -94,7 +94,7 @@ func TestIsolating(t *testing.T, c Isolating) {
 		p := c.New(t)
 		h, _ := Start(t, p, bothy.LeaseSpec{})
 		c.End(t, h)
-		WantGone(t, p, h)
+		wantGone(t, p, h)
 	})
 }
 
@@ -195,12 +195,12 @@ func testIsolatedStop(t *testing.T, c Isolating) {
 	}
 }
 
-// TestNetworkIsolation checks what an isolating provider's sandbox h,
+// testNetworkIsolation checks what an isolating provider's sandbox h,
 // started without LeaseSpec.NetNS, reaches of the network: only its own
 // loopback interface; no host service listening on every address, by any
 // of the host's addresses; not a namespace prepared for another lease;
-// and it has its own host name. TestIsolating runs it.
-func TestNetworkIsolation(t *testing.T, p bothy.Provider, h *bothy.SandboxHandle) {
+// and it has its own host name.
+func testNetworkIsolation(t *testing.T, p bothy.Provider, h *bothy.SandboxHandle) {
 	t.Run("OnlyLoopback", func(t *testing.T) {
 		// /sys is not mounted, so list interfaces from /proc.
 		res, out, _ := Exec(t, p, h, bothy.ExecSpec{Script: "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '"})
@@ -256,10 +256,10 @@ func TestNetworkIsolation(t *testing.T, p bothy.Provider, h *bothy.SandboxHandle
 	})
 }
 
-// WantGone waits up to 5 s for Recover of h to answer ENOTFOUND, once the
+// wantGone waits up to 5 s for Recover of h to answer ENOTFOUND, once the
 // test has ended the sandbox from outside, and checks that Exec answers
 // ENOTFOUND too.
-func WantGone(t *testing.T, p bothy.Provider, h *bothy.SandboxHandle) {
+func wantGone(t *testing.T, p bothy.Provider, h *bothy.SandboxHandle) {
 	t.Helper()
 	b, _ := h.Encode()
 	deadline := time.Now().Add(5 * time.Second)

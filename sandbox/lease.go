@@ -138,6 +138,20 @@ func (l *Leases) Held(leaseID string, uid int) error {
 	return nil
 }
 
+// Decode decodes a provider's handle and, with decode, the provider's
+// state in it, for Recover.
+func Decode[S any](handle []byte, provider string, decode func(*bothy.SandboxHandle) (S, error)) (*bothy.SandboxHandle, S, error) {
+	var st S
+	h, err := bothy.DecodeSandboxHandle(handle, provider)
+	if err != nil {
+		return nil, st, err
+	}
+	if st, err = decode(h); err != nil {
+		return nil, st, err
+	}
+	return h, st, nil
+}
+
 // Stop is an isolating provider's Stop: it decodes the provider's state of
 // h, tears down what the lease has on the host and returns what is left,
 // with an error that names it unless nothing is.

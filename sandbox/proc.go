@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/bothyhq/bothy"
 )
 
 // Processes returns the pids of the host's processes, other than this one,
@@ -43,18 +41,4 @@ func KillAll(list func() []int, d time.Duration) []int {
 		time.Sleep(5 * time.Millisecond)
 	}
 	return nil
-}
-
-// Decode decodes a provider's handle and, with decode, the provider's
-// state in it, for Recover.
-func Decode[S any](handle []byte, provider string, decode func(*bothy.SandboxHandle) (S, error)) (*bothy.SandboxHandle, S, error) {
-	var st S
-	h, err := bothy.DecodeSandboxHandle(handle, provider)
-	if err != nil {
-		return nil, st, err
-	}
-	if st, err = decode(h); err != nil {
-		return nil, st, err
-	}
-	return h, st, nil
 }
