@@ -14,10 +14,7 @@ import (
 // the enter program (cgroups, namespaces, uid, seccomp filter), the bash
 // wrapper and the command. Compare with BenchmarkPlainBwrapTrue.
 func BenchmarkExecTrue(b *testing.B) {
-	p, err := newProviderB()
-	if err != nil {
-		b.Skip(err)
-	}
+	p := newProvider(b)
 	h, _ := providertest.Start(b, p, bothy.LeaseSpec{})
 	for b.Loop() {
 		if res, err := p.Exec(context.Background(), h, bothy.ExecSpec{Argv: []string{"true"}}); err != nil || res.ExitCode != 0 {
@@ -48,10 +45,7 @@ func BenchmarkPlainBwrapTrue(b *testing.B) {
 // is idmapped to the lease's uid and Start chowns nothing. Stop and the
 // removal of the layers are not timed.
 func BenchmarkStartOverlay(b *testing.B) {
-	p, err := newProviderB()
-	if err != nil {
-		b.Skip(err)
-	}
+	p := newProvider(b)
 	lower := writeLower(b, 100, 100, 4096)
 	for _, idmap := range []bool{false, true} {
 		name := map[bool]string{false: "chown", true: "idmap"}[idmap]

@@ -60,12 +60,9 @@
 package bwrap
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -76,22 +73,17 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/cgroupfs"
-	"github.com/bothyhq/bothy/mountinfo"
-	"github.com/bothyhq/bothy/process"
-	"github.com/bothyhq/bothy/uidpool"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // Name is the provider's name.
 const Name = "bwrap"
 
-// Defaults of Options.
+// Defaults of Options; the others are sandbox.Host's.
 const (
 	DefaultStateDir     = "/run/bothy/bwrap"
-	DefaultCgroupRoot   = "/sys/fs/cgroup"
 	DefaultCgroupParent = "bothy"
 	DefaultUIDBase      = 200000
-	DefaultUIDCount     = 65536
-	DefaultPids         = 4096
 )
 
 var (
@@ -99,27 +91,14 @@ var (
 	_ bothy.WorkspaceOwner = (*Provider)(nil)
 )
 
-// reservationTTL is how long a uid named by WorkspaceUID stays reserved for
-// a lease that never starts (its runtime gave up between WorkspaceUID and
-// Start). It is far longer than that step takes.
-const reservationTTL = time.Hour
-
 // Options configure a Provider. Zero fields take the defaults.
 type Options struct {
-	// StateDir holds a directory per lease (the workspace bind mount) and
-	// the uid allocations. Every directory above it must be searchable by
-	// others (mode o+x), since bwrap runs as the lease's uid.
-	StateDir string
-	// CgroupRoot is where the v1 controllers and the v2 "unified"
-	// hierarchy are mounted; CgroupParent is the directory under each that
-	// holds the leases' cgroups.
-	CgroupRoot, CgroupParent string
-	// Leases get uids UIDBase to UIDBase+UIDCount-1; the same number is
-	// their gid. No other user of the host may use these ids.
-	UIDBase, UIDCount int
-	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
-	// cancel; zero means process.DefaultKillGrace.
-	KillGrace time.Duration
+	// Host's StateDir holds a directory per lease (the workspace bind
+	// mount) and the uid allocations; every directory above it must be
+	// searchable by others (mode o+x), since bwrap runs as the lease's
+	// uid. CgroupRoot holds the v1 controllers and the v2 "unified"
+	// hierarchy.
+	sandbox.Host
 	// Bwrap, Setpriv, Nsenter and Prlimit are the programs' paths; empty
 	// means a PATH lookup.
 	Bwrap, Setpriv, Nsenter, Prlimit string
@@ -132,7 +111,7 @@ type Provider struct {
 	opt Options
 	// filter is the seccomp filter of every sandboxed process (seccomp.go).
 	filter []byte
-	uids   *uidpool.Pool
+	leases *sandbox.Leases
 	// acct is the hierarchy that holds the cpuacct controller: "cpuacct",
 	// or "cpu" where the two are mounted together.
 	acct string
@@ -162,56 +141,32 @@ type state struct {
 // v2 hierarchy, or a state directory bwrap can traverse. Landlock is not
 // required: without it, commands run without (see state.Landlock).
 func New(opt Options) (*Provider, error) {
-	opt.StateDir = cmp.Or(opt.StateDir, DefaultStateDir)
-	opt.CgroupRoot = cmp.Or(opt.CgroupRoot, DefaultCgroupRoot)
-	opt.CgroupParent = cmp.Or(opt.CgroupParent, DefaultCgroupParent)
-	opt.UIDBase = cmp.Or(opt.UIDBase, DefaultUIDBase)
-	opt.UIDCount = cmp.Or(opt.UIDCount, DefaultUIDCount)
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root (it creates cgroups and drops to per-lease uids)")
-	}
-	lookup := func(prog *string, name string) {
-		if why := process.FindProgram(prog, name); why != "" {
-			missing = append(missing, why)
-		}
-	}
-	lookup(&opt.Bwrap, "bwrap")
-	lookup(&opt.Setpriv, "setpriv")
-	lookup(&opt.Nsenter, "nsenter")
-	lookup(&opt.Prlimit, "prlimit")
-	for _, prog := range []string{"/bin/sh", "/bin/bash", "/usr/bin/perl"} {
-		if _, err := os.Stat(prog); err != nil {
-			missing = append(missing, prog)
-		}
-	}
+	opt.Host = opt.Host.WithDefaults(sandbox.Host{StateDir: DefaultStateDir, CgroupParent: DefaultCgroupParent, UIDBase: DefaultUIDBase})
+	var need sandbox.Needs
+	need.Root("it creates cgroups and drops to per-lease uids")
+	need.Program(&opt.Bwrap, "bwrap")
+	need.Program(&opt.Setpriv, "setpriv")
+	need.Program(&opt.Nsenter, "nsenter")
+	need.Program(&opt.Prlimit, "prlimit")
+	need.Files("/bin/sh", "/bin/bash", "/usr/bin/perl")
 	filter, err := seccompFilter()
 	if err != nil {
-		missing = append(missing, err.Error())
+		need.Add(err.Error())
 	}
 	acct := "cpuacct"
-	if exists(filepath.Join(opt.CgroupRoot, "cpu", "cpuacct.usage")) {
+	if sandbox.Exists(filepath.Join(opt.CgroupRoot, "cpu", "cpuacct.usage")) {
 		acct = "cpu"
 	}
-	if len(missing) == 0 {
-		missing = append(missing, opt.prepare(acct)...)
+	if need.Met() {
+		need.Add(opt.prepare(acct)...)
 	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("bwrap provider needs %s", strings.Join(missing, "; "))
+	if err := need.Err("bwrap"); err != nil {
+		return nil, err
 	}
-	leases := filepath.Join(opt.StateDir, "leases")
-	uids := &uidpool.Pool{
-		Dir:   filepath.Join(opt.StateDir, "uids"),
-		Base:  opt.UIDBase,
-		Count: opt.UIDCount,
-		TTL:   reservationTTL,
-		// A reservation is live once its lease has started (it has a
-		// directory) or while a process runs as its uid.
-		Live: func(uid int, leaseID string) bool {
-			return leaseID != "" && exists(filepath.Join(leases, leaseID)) || len(processesOf(uid)) > 0
-		},
-	}
-	return &Provider{opt: opt, filter: filter, uids: uids, acct: acct}, nil
+	// A reservation is live once its lease has started (it has a
+	// directory) or while a process runs as its uid.
+	leases := sandbox.NewLeases(opt.Host, func(uid int) bool { return len(processesOf(uid)) > 0 })
+	return &Provider{opt: opt, filter: filter, leases: leases, acct: acct}, nil
 }
 
 // hierarchy returns the directory of the v1 hierarchy that holds
@@ -276,10 +231,7 @@ func (p *Provider) Name() string { return Name }
 // WorkspaceUID reserves the lease's uid (the first free one of the range,
 // or the one already reserved for it) and returns it; Start uses it.
 func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error) {
-	if err := bothy.ValidateID("lease id", leaseID); err != nil {
-		return 0, err
-	}
-	return p.uids.Reserve(leaseID)
+	return p.leases.WorkspaceUID(leaseID)
 }
 
 // Start takes the lease's uid (the one WorkspaceUID reserved, if it was
@@ -287,21 +239,11 @@ func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error
 // already the uid's, creates its cgroups with the limits and starts its
 // sandbox.
 func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
-	if err := spec.Validate(); err != nil {
+	dir, err := p.leases.Create(spec, 0o711)
+	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-		return nil, bothy.Errorf(bothy.EINVALID, "workspace %s is not a directory", spec.Workspace)
-	}
-	if err := process.CheckNetNS(spec.NetNS); err != nil {
-		return nil, err
-	}
-	st := &state{Dir: filepath.Join(p.opt.StateDir, "leases", spec.LeaseID), Landlock: landlockABI()}
-	if err := os.Mkdir(st.Dir, 0o711); errors.Is(err, fs.ErrExist) {
-		return nil, bothy.Errorf(bothy.ECONFLICT, "lease %s is already started", spec.LeaseID)
-	} else if err != nil {
-		return nil, fmt.Errorf("create lease dir: %w", err)
-	}
+	st := &state{Dir: dir, Landlock: landlockABI()}
 	st.Cgroups = p.cgroups(spec.LeaseID)
 	h, err := p.start(ctx, spec, st)
 	if err != nil {
@@ -321,12 +263,8 @@ func (p *Provider) cgroups(leaseID string) cgroupPaths {
 }
 
 func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (*bothy.SandboxHandle, error) {
-	uid, err := p.uids.Reserve(spec.LeaseID)
-	if err != nil {
-		return nil, err
-	}
-	st.UID = uid
-	if err := uidpool.Chown(spec.Workspace, uid); err != nil {
+	var err error
+	if st.UID, err = p.leases.Own(spec); err != nil {
 		return nil, err
 	}
 	mnt := filepath.Join(st.Dir, "workspace")
@@ -346,7 +284,7 @@ func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (
 	}
 	l := spec.Limits
 	if l.Pids == 0 {
-		l.Pids = DefaultPids
+		l.Pids = sandbox.DefaultPids
 	}
 	if err := writeFile(filepath.Join(st.Cgroups.V1["pids"], "pids.max"), strconv.FormatInt(l.Pids, 10)); err != nil {
 		return nil, err
@@ -358,7 +296,7 @@ func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (
 		}
 		// With swap accounting, swap must be capped too or the limit
 		// only pushes memory out to swap.
-		if sw := filepath.Join(mem, "memory.memsw.limit_in_bytes"); exists(sw) {
+		if sw := filepath.Join(mem, "memory.memsw.limit_in_bytes"); sandbox.Exists(sw) {
 			if err := writeFile(sw, strconv.FormatInt(l.MemoryBytes, 10)); err != nil {
 				return nil, err
 			}
@@ -386,16 +324,7 @@ func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (
 // Stop kills every process of the lease, removes its cgroups, unmounts and
 // removes its directory, and frees its uid once no process runs as it.
 func (p *Provider) Stop(ctx context.Context, h *bothy.SandboxHandle) (*bothy.Residue, error) {
-	st, err := decodeState(h)
-	if err != nil {
-		return &bothy.Residue{Other: []string{err.Error()}}, err
-	}
-	res := p.teardown(st)
-	if !res.Empty() {
-		b, _ := json.Marshal(res)
-		return res, fmt.Errorf("stop lease %s: residue %s", h.LeaseID, b)
-	}
-	return res, nil
+	return sandbox.Stop(h, decodeState, p.teardown)
 }
 
 // teardown undoes whatever part of Start happened and reports what it
@@ -413,7 +342,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 		res.Other = append(res.Other, "cgroup "+c.Unified+" still holds processes")
 	}
 	for _, dir := range c.all() {
-		if err := cgroupfs.Remove(dir, 2*time.Second); err != nil || exists(dir) {
+		if err := cgroupfs.Remove(dir, 2*time.Second); err != nil || sandbox.Exists(dir) {
 			res.Cgroups = append(res.Cgroups, dir)
 		}
 	}
@@ -422,7 +351,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 	if err := unix.Unmount(mnt, 0); err != nil && err != unix.EINVAL && err != unix.ENOENT {
 		unix.Unmount(mnt, unix.MNT_DETACH)
 	}
-	if mounted(mnt) {
+	if sandbox.Mounted(mnt) {
 		res.Mounts = append(res.Mounts, mnt)
 	} else {
 		// Remove only empty directories: if the unmount silently failed,
@@ -433,7 +362,7 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 			os.Remove(filepath.Join(st.Dir, name))
 		}
 		os.Remove(st.Dir)
-		if exists(st.Dir) {
+		if sandbox.Exists(st.Dir) {
 			res.Paths = append(res.Paths, st.Dir)
 		}
 	}
@@ -441,20 +370,10 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 	if st.UID != 0 {
 		// The sandbox's pid 1 takes a moment to exit: the kernel has it
 		// wait until every process of its pid namespace is reaped.
-		deadline := time.Now().Add(5 * time.Second)
-		for pids := processesOf(st.UID); len(pids) > 0; pids = processesOf(st.UID) {
-			if time.Now().After(deadline) {
-				res.Processes = pids
-				break
-			}
-			for _, pid := range pids {
-				unix.Kill(pid, unix.SIGKILL)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		res.Processes = sandbox.KillAll(func() []int { return processesOf(st.UID) }, 5*time.Second)
 		// A uid is reused only once nothing of this lease is left.
 		if res.Empty() {
-			p.uids.Release(st.UID)
+			p.leases.UIDs.Release(st.UID)
 		}
 	}
 	return res
@@ -463,24 +382,20 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 // Recover checks that the lease's cgroups, mount, uid and sandbox (the same
 // pid 1, by pid and start time) are still in place and returns the handle.
 func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHandle, error) {
-	h, err := bothy.DecodeSandboxHandle(handle, Name)
-	if err != nil {
-		return nil, err
-	}
-	st, err := decodeState(h)
+	h, st, err := sandbox.Decode(handle, Name, decodeState)
 	if err != nil {
 		return nil, err
 	}
 	for _, dir := range st.Cgroups.all() {
-		if !exists(dir) {
+		if !sandbox.Exists(dir) {
 			return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (no cgroup %s)", h.LeaseID, dir)
 		}
 	}
-	if !mounted(filepath.Join(st.Dir, "workspace")) {
+	if !sandbox.Mounted(filepath.Join(st.Dir, "workspace")) {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (workspace not mounted)", h.LeaseID)
 	}
-	if !p.uids.Holds(st.UID, h.LeaseID) {
-		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (uid %d not held)", h.LeaseID, st.UID)
+	if err := p.leases.Held(h.LeaseID, st.UID); err != nil {
+		return nil, err
 	}
 	if startTime(st.Holder) != st.HolderStart {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (its init %d has ended)", h.LeaseID, st.Holder)
@@ -507,17 +422,11 @@ func decodeState(h *bothy.SandboxHandle) (*state, error) {
 // and the one a sandbox leaves (its pid 1, orphaned when the bwrap monitor
 // is killed first) is reaped by the host's init.
 func processesOf(uid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
 	want := strconv.Itoa(uid)
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	return sandbox.Processes(func(pid int) bool {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
-		if err != nil {
-			continue
+			return false
 		}
 		var zombie, match bool
 		for line := range strings.Lines(string(b)) {
@@ -529,20 +438,6 @@ func processesOf(uid int) []int {
 				break
 			}
 		}
-		if match && !zombie {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// mounted reports whether path is a mount point in this mount namespace.
-func mounted(path string) bool {
-	ok, err := mountinfo.Mounted(path)
-	return err == nil && ok
-}
-
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
+		return match && !zombie
+	})
 }

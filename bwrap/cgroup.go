@@ -13,6 +13,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/cgroupfs"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // The cgroup v1 controllers under which a lease has a directory. The
@@ -120,12 +121,12 @@ func (c *cgroupPaths) sweepLeaves() {
 // counts only in the cgroup of the process killed.
 func (c *cgroupPaths) oomKills() map[string]int64 {
 	dir := c.V1["memory"]
-	counts := map[string]int64{dir: cgroupfs.ReadCounter(filepath.Join(dir, "memory.oom_control"), "oom_kill")}
+	counts := map[string]int64{dir: cgroupfs.OOMKills(dir)}
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
 		if e.IsDir() {
 			child := filepath.Join(dir, e.Name())
-			counts[child] = cgroupfs.ReadCounter(filepath.Join(child, "memory.oom_control"), "oom_kill")
+			counts[child] = cgroupfs.OOMKills(child)
 		}
 	}
 	return counts
@@ -182,7 +183,7 @@ func (cmd *commandCgroups) create(lim bothy.Limits) error {
 		if err := writeFile(filepath.Join(mem, "memory.limit_in_bytes"), strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
 			return undo(err)
 		}
-		if sw := filepath.Join(mem, "memory.memsw.limit_in_bytes"); exists(sw) {
+		if sw := filepath.Join(mem, "memory.memsw.limit_in_bytes"); sandbox.Exists(sw) {
 			if err := writeFile(sw, strconv.FormatInt(lim.MemoryBytes, 10)); err != nil {
 				return undo(err)
 			}
@@ -208,7 +209,7 @@ func (cmd *commandCgroups) create(lim bothy.Limits) error {
 // pidsLimited reports whether the command's own pids limit refused a fork.
 func (cmd *commandCgroups) pidsLimited() bool {
 	dir := cmd.v1["pids"]
-	return dir != "" && cgroupfs.ReadCounter(filepath.Join(dir, "pids.events"), "max") > 0
+	return dir != "" && cgroupfs.PidsRefused(dir) > 0
 }
 
 // remove removes the command's cgroups, waiting up to d for their exiting
@@ -231,20 +232,20 @@ func (cmd *commandCgroups) remove(d time.Duration) error {
 // and system, or 0 if it has no cpuacct cgroup.
 func (cmd *commandCgroups) cpuMicros() int64 {
 	if dir := cmd.v1["cpuacct"]; dir != "" {
-		return cgroupfs.ReadInt(filepath.Join(dir, "cpuacct.usage")) / 1000
+		return cgroupfs.CPUNanos(dir) / 1000
 	}
 	return 0
 }
 
 // memory returns the memory charged to the command's processes now.
 func (cmd *commandCgroups) memory() int64 {
-	return cgroupfs.ReadInt(filepath.Join(cmd.v1["memory"], "memory.usage_in_bytes"))
+	return cgroupfs.Memory(cmd.v1["memory"])
 }
 
 // peakMemory returns the most memory charged to the command's processes
 // at once.
 func (cmd *commandCgroups) peakMemory() int64 {
-	return cgroupfs.ReadInt(filepath.Join(cmd.v1["memory"], "memory.max_usage_in_bytes"))
+	return cgroupfs.MemoryPeak(cmd.v1["memory"])
 }
 
 func writeFile(path, value string) error {

@@ -2,21 +2,17 @@ package bwrap
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/cgroupfs"
-	"github.com/bothyhq/bothy/process"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // enterProgram is the perl program that starts every command. It runs as
@@ -126,7 +122,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		return nil, err
 	}
 	for _, dir := range st.Cgroups.all() {
-		if !exists(dir) {
+		if !sandbox.Exists(dir) {
 			return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is not running", h.LeaseID)
 		}
 	}
@@ -134,14 +130,10 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		for _, f := range holder {
-			f.Close()
-		}
-	}()
+	defer sandbox.CloseAll(holder)
 	st.Cgroups.sweepLeaves()
 
-	cg := st.Cgroups.command(commandPrefix+randomHex(8), spec.Limits)
+	cg := st.Cgroups.command(commandPrefix+sandbox.RandomHex(8), spec.Limits)
 	if err := cg.create(spec.Limits); err != nil {
 		return nil, err
 	}
@@ -158,15 +150,11 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 
 	// Secret files follow the enter program's descriptors (3 to 11),
 	// which the wrapper closes.
-	files, fileEnv, err := process.SecretFiles(spec.SecretFiles, 4+len(holder))
+	files, fileEnv, err := sandbox.SecretFiles(spec.SecretFiles, 4+len(holder))
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
+	defer sandbox.CloseAll(files)
 	envR, envW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("pipe: %w", err)
@@ -177,19 +165,14 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		envW.Close()
 	}()
 
-	cmd := exec.Command("/usr/bin/perl", p.argv(h, st, cg, cwd, spec)...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.Dir = "/"
+	cmd := sandbox.Command(context.Background(), "/usr/bin/perl", p.argv(h, st, cg, cwd, spec)...)
 	cmd.ExtraFiles = append(append([]*os.File{envR}, holder...), files...) // envFD, nsFD..., secret files
-	// Nothing runs in the agent's session: a command cannot reach its
-	// terminal, and the agent's job control never signals a command.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 
-	pidsPath := filepath.Join(st.Cgroups.V1["pids"], "pids.events")
-	oomBefore, pidsBefore := st.Cgroups.oomKills(), cgroupfs.ReadCounter(pidsPath, "max")
+	pidsDir := st.Cgroups.V1["pids"]
+	oomBefore, pidsBefore := st.Cgroups.oomKills(), cgroupfs.PidsRefused(pidsDir)
 	fsize := h.Limits.FileSizeLimit(spec.Limits)
 	var mainPid int
-	res, err = process.Run(ctx, cmd, spec, process.RunOptions{
+	res, err = sandbox.Run(ctx, cmd, spec, sandbox.RunOptions{
 		Grace:         p.opt.KillGrace,
 		Started:       func(pid int) { mainPid = pid },
 		Signal:        func(sig syscall.Signal) { signalLeaf(cg.unified, sig, mainPid) },
@@ -200,10 +183,8 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		res.Usage.CPUMicros = cg.cpuMicros()
 		res.Usage.PeakMemoryBytes = max(res.Usage.PeakMemoryBytes, cg.peakMemory())
 		res.OOMKilled = st.Cgroups.oomKilledSince(oomBefore)
-		res.PidsLimited = cgroupfs.ReadCounter(pidsPath, "max") > pidsBefore || cg.pidsLimited()
-		if res.Signal == "" && res.ExitCode == 128+int(syscall.SIGKILL) && (res.OOMKilled || res.TimedOut) {
-			res.Signal = "SIGKILL"
-		}
+		res.PidsLimited = cgroupfs.PidsRefused(pidsDir) > pidsBefore || cg.pidsLimited()
+		sandbox.MarkKilled(res)
 	}
 	return res, err
 }
@@ -222,30 +203,14 @@ func (p *Provider) argv(h *bothy.SandboxHandle, st *state, cg *commandCgroups, c
 }
 
 // envPairs returns the command's environment as NUL-terminated NAME=value
-// pairs: a clean base, then the lease's variables, then the command's.
+// pairs: the sandbox's base, then the lease's variables, then the
+// command's.
 func envPairs(layers ...map[string]string) []byte {
-	env := map[string]string{
-		"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-		"HOME": "/workspace",
-		"LANG": "C.UTF-8",
-		"USER": "bothy",
-	}
-	for _, l := range layers {
-		for k, v := range l {
-			env[k] = v
-		}
-	}
 	var b []byte
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		b = append(b, k+"="+env[k]+"\x00"...)
+	for _, kv := range sandbox.Environ(sandbox.Inside(), layers...) {
+		b = append(b, kv+"\x00"...)
 	}
 	return b
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 var _ bothy.CommandLimiter = (*Provider)(nil)
@@ -266,10 +231,10 @@ func (p *Provider) LeaseUsage(ctx context.Context, h *bothy.SandboxHandle) (both
 	}
 	var u bothy.Usage
 	if dir := st.Cgroups.V1["cpuacct"]; dir != "" {
-		u.CPUMicros = cgroupfs.ReadInt(filepath.Join(dir, "cpuacct.usage")) / 1000
+		u.CPUMicros = cgroupfs.CPUNanos(dir) / 1000
 	}
 	if dir := st.Cgroups.V1["memory"]; dir != "" {
-		u.PeakMemoryBytes = cgroupfs.ReadInt(filepath.Join(dir, "memory.max_usage_in_bytes"))
+		u.PeakMemoryBytes = cgroupfs.MemoryPeak(dir)
 	}
 	return u, nil
 }
@@ -277,5 +242,5 @@ func (p *Provider) LeaseUsage(ctx context.Context, h *bothy.SandboxHandle) (both
 var _ bothy.SecretFiler = (*Provider)(nil)
 
 // GivesSecretFiles reports true: secret files are memory files the enter
-// program passes on (process.SecretFiles).
+// program passes on (sandbox.SecretFiles).
 func (p *Provider) GivesSecretFiles() bool { return true }

@@ -7,24 +7,19 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
-// holderInit is the sandbox's pid 1 (bwrap --as-pid-1): it reaps the
-// orphans that commands leave and otherwise sleeps. A process of the
-// sandbox cannot kill it: the kernel drops signals that the pid
-// namespace's init has no handler for when they come from inside. It tells
-// Start that the sandbox is set up by writing to fd 4.
-const holderInit = `$0 = "bothy-init"; $SIG{CHLD} = sub {};
-open(my $ready, ">&=", 4) or die "bothy-init: fd 4: $!"; print $ready "ready\n"; close $ready;
-while (1) { 1 while waitpid(-1, 1) > 0; sleep 3600 }`
+// holderInit is the sandbox's pid 1 (bwrap --as-pid-1,
+// sandbox.InitProgram). It tells Start that the sandbox is set up by
+// writing to fd 4.
+var holderInit = sandbox.InitProgram(4)
 
 // holderTrampoline runs as root: it writes its pid to each cgroup.procs
 // file given before "--", then starts the rest in the background and
@@ -116,12 +111,9 @@ func (p *Provider) startHolder(ctx context.Context, spec bothy.LeaseSpec, st *st
 		"--hostname", "bothy",
 		"--", "/usr/bin/perl", "-e", holderInit,
 	)
-	cmd := exec.Command("/bin/sh", args...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.Dir = "/"
+	cmd := sandbox.Command(context.Background(), "/bin/sh", args...)
 	cmd.Stderr = logf
 	cmd.ExtraFiles = []*os.File{nil, readyW, infoW, seccompR} // fds 3, 4, 5, 6
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Run()
 	readyW.Close()
 	infoW.Close()
@@ -203,11 +195,7 @@ func openHolder(h *bothy.SandboxHandle, st *state) ([]*os.File, error) {
 	}
 	dir := "/proc/" + strconv.Itoa(st.Holder)
 	var files []*os.File
-	closeAll := func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}
+	closeAll := func() { sandbox.CloseAll(files) }
 	for _, ns := range namespaces {
 		f, err := os.Open(filepath.Join(dir, "ns", ns))
 		if err != nil {

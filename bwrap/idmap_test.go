@@ -16,6 +16,7 @@ import (
 	"github.com/bothyhq/bothy/bwrap"
 	"github.com/bothyhq/bothy/hostcache"
 	"github.com/bothyhq/bothy/providertest"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // writeLower creates dirs directories of files files of size bytes each.
@@ -106,10 +107,8 @@ func TestProvider_WorkspaceUID(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p, err := bwrap.New(bwrap.Options{StateDir: dir, UIDBase: 310000, UIDCount: 2, KillGrace: time.Second})
-	if err != nil {
-		providertest.Unavailable(t, "%v; run scripts/sandbox-deps as root", err)
-	}
+	p, err := bwrap.New(bwrap.Options{Host: sandbox.Host{StateDir: dir, UIDBase: 310000, UIDCount: 2, KillGrace: time.Second}})
+	p = providertest.Available(t, p, err)
 	ctx := context.Background()
 	reserve := func(leaseID string) (int, error) { return p.WorkspaceUID(ctx, leaseID) }
 	a, b, c := providertest.NewID("lease"), providertest.NewID("lease"), providertest.NewID("lease")

@@ -125,3 +125,30 @@ func Remove(dir string, d time.Duration) error {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// The counters of a cgroup v1 directory by which the providers meter
+// commands and leases and tell why a command ended. Each is 0 if it
+// cannot be read.
+
+// CPUNanos returns cpuacct.usage of a cpuacct cgroup: the CPU time of its
+// processes and its children's, user and system, in nanoseconds.
+func CPUNanos(dir string) int64 { return ReadInt(filepath.Join(dir, "cpuacct.usage")) }
+
+// Memory returns memory.usage_in_bytes of a memory cgroup: the memory
+// charged to it now.
+func Memory(dir string) int64 { return ReadInt(filepath.Join(dir, "memory.usage_in_bytes")) }
+
+// MemoryPeak returns memory.max_usage_in_bytes of a memory cgroup: the
+// most memory charged to it at once since it was made or reset.
+func MemoryPeak(dir string) int64 { return ReadInt(filepath.Join(dir, "memory.max_usage_in_bytes")) }
+
+// OOMKills returns the oom_kill counter of a memory cgroup: the processes
+// that its limit killed. In v1 it counts only the cgroup of the process
+// killed, not its parents.
+func OOMKills(dir string) int64 {
+	return ReadCounter(filepath.Join(dir, "memory.oom_control"), "oom_kill")
+}
+
+// PidsRefused returns the max counter of a pids cgroup's pids.events: the
+// forks that its limit refused.
+func PidsRefused(dir string) int64 { return ReadCounter(filepath.Join(dir, "pids.events"), "max") }

@@ -129,3 +129,24 @@ func TestRemove(t *testing.T) {
 		}
 	})
 }
+
+func TestCounters(t *testing.T) {
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "cpuacct.usage"), "2000000\n")
+	write(t, filepath.Join(dir, "memory.usage_in_bytes"), "4096\n")
+	write(t, filepath.Join(dir, "memory.max_usage_in_bytes"), "8192\n")
+	write(t, filepath.Join(dir, "memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n")
+	write(t, filepath.Join(dir, "pids.events"), "max 5\n")
+	for name, c := range map[string]struct{ got, want int64 }{
+		"CPUNanos":    {cgroupfs.CPUNanos(dir), 2000000},
+		"Memory":      {cgroupfs.Memory(dir), 4096},
+		"MemoryPeak":  {cgroupfs.MemoryPeak(dir), 8192},
+		"OOMKills":    {cgroupfs.OOMKills(dir), 2},
+		"PidsRefused": {cgroupfs.PidsRefused(dir), 5},
+		"missing":     {cgroupfs.OOMKills(filepath.Join(dir, "missing")), 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", name, c.got, c.want)
+		}
+	}
+}

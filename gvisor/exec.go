@@ -7,12 +7,10 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,7 +18,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/cgroupfs"
-	"github.com/bothyhq/bothy/process"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // tagBase is the first gid used as a command's tag. Tags are random below
@@ -91,14 +89,14 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	if err != nil {
 		return nil, err
 	}
-	if !exists(st.Dir) || !exists(p.netns(st)) {
+	if !sandbox.Exists(st.Dir) || !sandbox.Exists(p.netns(st)) {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is not running", h.LeaseID)
 	}
 	tag := newTag()
 	proc := ociProcess{
 		User: ociUser{UID: st.UID, GID: st.UID, AdditionalGids: []int{tag}},
 		Args: spec.Argv,
-		Env:  environ(h.Env, spec.Env),
+		Env:  sandbox.Environ(sandbox.Inside(), h.Env, spec.Env),
 		// The sandbox resolves the working directory in its own mount
 		// namespace: a symlink in the workspace cannot lead out of it.
 		Cwd:             path.Join("/workspace", cwd),
@@ -127,11 +125,10 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	}
 	defer closeProc()
 
-	oomPath := filepath.Join(p.cgroupDir("memory", st), "memory.oom_control")
-	pidsPath := filepath.Join(p.cgroupDir("pids", st), "pids.events")
-	oomBefore, pidsBefore := cgroupfs.ReadCounter(oomPath, "oom_kill"), cgroupfs.ReadCounter(pidsPath, "max")
+	memDir, pidsDir := p.cgroupDir("memory", st), p.cgroupDir("pids", st)
+	oomBefore, pidsBefore := cgroupfs.OOMKills(memDir), cgroupfs.PidsRefused(pidsDir)
 	m := p.meter(st)
-	res, err := process.Run(ctx, cmd, spec, process.RunOptions{
+	res, err := sandbox.Run(ctx, cmd, spec, sandbox.RunOptions{
 		Grace: p.opt.KillGrace,
 		// runsc exec forwards no signal: signal the command's tree in the
 		// sandbox by its tag.
@@ -143,12 +140,10 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		return nil, err
 	}
 	m.end(&res.Usage)
-	res.OOMKilled = cgroupfs.ReadCounter(oomPath, "oom_kill") > oomBefore
-	res.PidsLimited = cgroupfs.ReadCounter(pidsPath, "max") > pidsBefore
-	if res.Signal == "" && res.ExitCode == 128+int(syscall.SIGKILL) && (res.OOMKilled || res.TimedOut) {
-		res.Signal = "SIGKILL"
-	}
-	if err == nil && !exists(pidFile) {
+	res.OOMKilled = cgroupfs.OOMKills(memDir) > oomBefore
+	res.PidsLimited = cgroupfs.PidsRefused(pidsDir) > pidsBefore
+	sandbox.MarkKilled(res)
+	if err == nil && !sandbox.Exists(pidFile) {
 		// runsc never started the command: the sandbox is gone, or the
 		// program or the working directory is missing (runsc said which
 		// on the command's stderr). A shell reports the latter as 127.
@@ -175,22 +170,22 @@ type sandboxMeter struct {
 // lease share).
 func (p *Provider) meter(st *state) *sandboxMeter {
 	m := &sandboxMeter{memoryDir: p.cgroupDir("memory", st), acctDir: p.cgroupDir("cpuacct", st)}
-	m.cpuBefore = cgroupfs.ReadInt(filepath.Join(m.acctDir, "cpuacct.usage"))
+	m.cpuBefore = cgroupfs.CPUNanos(m.acctDir)
 	os.WriteFile(filepath.Join(m.memoryDir, "memory.max_usage_in_bytes"), []byte("0"), 0)
 	return m
 }
 
 // memory returns the sandbox's memory now.
 func (m *sandboxMeter) memory() int64 {
-	return cgroupfs.ReadInt(filepath.Join(m.memoryDir, "memory.usage_in_bytes"))
+	return cgroupfs.Memory(m.memoryDir)
 }
 
 // end fills u's CPU time and peak memory.
 func (m *sandboxMeter) end(u *bothy.Usage) {
-	if cpu := cgroupfs.ReadInt(filepath.Join(m.acctDir, "cpuacct.usage")); cpu > m.cpuBefore {
+	if cpu := cgroupfs.CPUNanos(m.acctDir); cpu > m.cpuBefore {
 		u.CPUMicros = (cpu - m.cpuBefore) / 1000
 	}
-	u.PeakMemoryBytes = max(u.PeakMemoryBytes, cgroupfs.ReadInt(filepath.Join(m.memoryDir, "memory.max_usage_in_bytes")))
+	u.PeakMemoryBytes = max(u.PeakMemoryBytes, cgroupfs.MemoryPeak(m.memoryDir))
 }
 
 // runscExec returns a runsc exec command of proc in the lease's sandbox,
@@ -273,25 +268,6 @@ func (p *Provider) SandboxProcesses(ctx context.Context, h *bothy.SandboxHandle)
 	return strings.Split(strings.TrimSuffix(string(out), "\n"), "\n"), nil
 }
 
-// environ returns a command's environment: a clean base, then the lease's
-// variables, then the command's.
-func environ(layers ...map[string]string) []string {
-	env := map[string]string{
-		"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-		"HOME": "/workspace",
-		"LANG": "C.UTF-8",
-		"USER": "bothy",
-	}
-	for _, l := range layers {
-		maps.Copy(env, l)
-	}
-	out := make([]string, 0, len(env))
-	for _, k := range slices.Sorted(maps.Keys(env)) {
-		out = append(out, k+"="+env[k])
-	}
-	return out
-}
-
 func newTag() int {
 	var b [4]byte
 	rand.Read(b[:])
@@ -309,7 +285,7 @@ func (p *Provider) LeaseUsage(ctx context.Context, h *bothy.SandboxHandle) (both
 		return bothy.Usage{}, err
 	}
 	return bothy.Usage{
-		CPUMicros:       cgroupfs.ReadInt(filepath.Join(p.cgroupDir("cpuacct", st), "cpuacct.usage")) / 1000,
-		PeakMemoryBytes: cgroupfs.ReadInt(filepath.Join(p.cgroupDir("memory", st), "memory.max_usage_in_bytes")),
+		CPUMicros:       cgroupfs.CPUNanos(p.cgroupDir("cpuacct", st)) / 1000,
+		PeakMemoryBytes: cgroupfs.MemoryPeak(p.cgroupDir("memory", st)),
 	}, nil
 }

@@ -64,42 +64,33 @@ package gvisor
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/cgroupfs"
-	"github.com/bothyhq/bothy/mountinfo"
-	"github.com/bothyhq/bothy/process"
-	"github.com/bothyhq/bothy/uidpool"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // Name is the provider's name.
 const Name = "gvisor"
 
-// Defaults of Options.
+// Defaults of Options; the others are sandbox.Host's.
 const (
 	DefaultStateDir     = "/run/bothy/gvisor"
-	DefaultCgroupRoot   = "/sys/fs/cgroup"
 	DefaultCgroupParent = "bothy-gvisor"
 	DefaultNetnsDir     = "/run/netns"
 	// The uid range follows bwrap's (200000-265535), so that both
 	// providers can run on one host.
-	DefaultUIDBase  = 300000
-	DefaultUIDCount = 65536
-	DefaultPids     = 4096
+	DefaultUIDBase = 300000
 	// MinPids is the room the host's pids limit leaves above the lease's:
 	// the host counts the sentry's and the gofer's threads and the ptrace
 	// stubs too. A host limit of 64 crashed a sandbox, and 1024 above a
@@ -112,26 +103,14 @@ var (
 	_ bothy.WorkspaceOwner = (*Provider)(nil)
 )
 
-// reservationTTL is how long a uid named by WorkspaceUID stays reserved for
-// a lease that never starts.
-const reservationTTL = time.Hour
-
 // Options configure a Provider. Zero fields take the defaults.
 type Options struct {
-	// StateDir holds the root filesystem skeleton, a directory per lease
-	// (its OCI bundle and runsc's state) and the uid allocations.
-	StateDir string
-	// CgroupRoot is where the v1 controllers are mounted; CgroupParent is
-	// the directory under each that holds the leases' cgroups.
-	CgroupRoot, CgroupParent string
+	// Host's StateDir holds the root filesystem skeleton, a directory per
+	// lease (its OCI bundle and runsc's state) and the uid allocations;
+	// CgroupRoot holds the v1 controllers.
+	sandbox.Host
 	// NetnsDir is where `ip netns` keeps named network namespaces.
 	NetnsDir string
-	// Leases get uids UIDBase to UIDBase+UIDCount-1; the same number is
-	// their gid. No other user of the host may use these ids.
-	UIDBase, UIDCount int
-	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
-	// cancel; zero means process.DefaultKillGrace.
-	KillGrace time.Duration
 	// Runsc, Nsenter and IP are the programs' paths; empty means a PATH
 	// lookup.
 	Runsc, Nsenter, IP string
@@ -141,8 +120,8 @@ type Options struct {
 // state in memory: any Provider with the same Options can take over a
 // lease from its handle.
 type Provider struct {
-	opt  Options
-	uids *uidpool.Pool
+	opt    Options
+	leases *sandbox.Leases
 }
 
 // state is the provider's part of a handle.
@@ -176,48 +155,23 @@ func (st *state) bundle() string { return filepath.Join(st.Dir, "bundle") }
 // (the sandbox's init and helpers), prlimit, bash, the cgroup v1 memory, pids, cpu
 // and cpuacct controllers, or a writable state directory.
 func New(opt Options) (*Provider, error) {
-	opt.StateDir = cmp.Or(opt.StateDir, DefaultStateDir)
-	opt.CgroupRoot = cmp.Or(opt.CgroupRoot, DefaultCgroupRoot)
-	opt.CgroupParent = cmp.Or(opt.CgroupParent, DefaultCgroupParent)
+	opt.Host = opt.Host.WithDefaults(sandbox.Host{StateDir: DefaultStateDir, CgroupParent: DefaultCgroupParent, UIDBase: DefaultUIDBase})
 	opt.NetnsDir = cmp.Or(opt.NetnsDir, DefaultNetnsDir)
-	opt.UIDBase = cmp.Or(opt.UIDBase, DefaultUIDBase)
-	opt.UIDCount = cmp.Or(opt.UIDCount, DefaultUIDCount)
-	var missing []string
-	if os.Geteuid() != 0 {
-		missing = append(missing, "root (runsc needs it to create sandboxes and cgroups)")
+	var need sandbox.Needs
+	need.Root("runsc needs it to create sandboxes and cgroups")
+	need.Program(&opt.Runsc, "runsc")
+	need.Program(&opt.Nsenter, "nsenter")
+	need.Program(&opt.IP, "ip")
+	need.Files("/usr/bin/perl", "/usr/bin/prlimit", "/bin/bash")
+	if need.Met() {
+		need.Add(opt.prepare()...)
 	}
-	lookup := func(prog *string, name string) {
-		if why := process.FindProgram(prog, name); why != "" {
-			missing = append(missing, why)
-		}
+	if err := need.Err("gvisor"); err != nil {
+		return nil, err
 	}
-	lookup(&opt.Runsc, "runsc")
-	lookup(&opt.Nsenter, "nsenter")
-	lookup(&opt.IP, "ip")
-	for _, prog := range []string{"/usr/bin/perl", "/usr/bin/prlimit", "/bin/bash"} {
-		if _, err := os.Stat(prog); err != nil {
-			missing = append(missing, prog)
-		}
-	}
-	if len(missing) == 0 {
-		missing = append(missing, opt.prepare()...)
-	}
-	if len(missing) > 0 {
-		return nil, fmt.Errorf("gvisor provider needs %s", strings.Join(missing, "; "))
-	}
-	leases := filepath.Join(opt.StateDir, "leases")
-	uids := &uidpool.Pool{
-		Dir:   filepath.Join(opt.StateDir, "uids"),
-		Base:  opt.UIDBase,
-		Count: opt.UIDCount,
-		TTL:   reservationTTL,
-		// No host process runs as a gVisor lease's uid, so the lease
-		// directory is the only sign of a started lease.
-		Live: func(uid int, leaseID string) bool {
-			return leaseID != "" && exists(filepath.Join(leases, leaseID))
-		},
-	}
-	return &Provider{opt: opt, uids: uids}, nil
+	// No host process runs as a gVisor lease's uid, so the lease
+	// directory is the only sign of a started lease.
+	return &Provider{opt: opt, leases: sandbox.NewLeases(opt.Host, nil)}, nil
 }
 
 // prepare creates the state directories and the root filesystem skeleton
@@ -246,32 +200,19 @@ func (p *Provider) Name() string { return Name }
 // WorkspaceUID reserves the lease's uid (the first free one of the range,
 // or the one already reserved for it) and returns it; Start uses it.
 func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error) {
-	if err := bothy.ValidateID("lease id", leaseID); err != nil {
-		return 0, err
-	}
-	return p.uids.Reserve(leaseID)
+	return p.leases.WorkspaceUID(leaseID)
 }
 
 // Start takes the lease's uid, chowns the workspace to it unless its root
 // already is the uid's, creates the lease's network namespace unless
 // spec.NetNS names the caller's, writes the bundle and runs the sandbox.
 func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
-	if err := spec.Validate(); err != nil {
+	dir, err := p.leases.Create(spec, 0o700)
+	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(spec.Workspace); err != nil || !fi.IsDir() {
-		return nil, bothy.Errorf(bothy.EINVALID, "workspace %s is not a directory", spec.Workspace)
-	}
-	if err := process.CheckNetNS(spec.NetNS); err != nil {
-		return nil, err
-	}
-	st := &state{Dir: filepath.Join(p.opt.StateDir, "leases", spec.LeaseID), ID: "bothy-" + randomHex(8), NetNS: spec.NetNS}
+	st := &state{Dir: dir, ID: "bothy-" + sandbox.RandomHex(8), NetNS: spec.NetNS}
 	st.Cgroup = "/" + p.opt.CgroupParent + "/" + st.ID
-	if err := os.Mkdir(st.Dir, 0o700); errors.Is(err, fs.ErrExist) {
-		return nil, bothy.Errorf(bothy.ECONFLICT, "lease %s is already started", spec.LeaseID)
-	} else if err != nil {
-		return nil, fmt.Errorf("create lease dir: %w", err)
-	}
 	h, err := p.start(ctx, spec, st)
 	if err != nil {
 		p.teardown(st)
@@ -281,12 +222,8 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 }
 
 func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (*bothy.SandboxHandle, error) {
-	uid, err := p.uids.Reserve(spec.LeaseID)
-	if err != nil {
-		return nil, err
-	}
-	st.UID = uid
-	if err := uidpool.Chown(spec.Workspace, uid); err != nil {
+	var err error
+	if st.UID, err = p.leases.Own(spec); err != nil {
 		return nil, err
 	}
 	if st.NetNS == "" {
@@ -328,11 +265,7 @@ func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (
 // environment, in a session of its own.
 func (p *Provider) runsc(ctx context.Context, st *state, args ...string) *exec.Cmd {
 	argv := append([]string{"--net=" + p.netns(st), "--", p.opt.Runsc, "--root=" + st.runscRoot()}, args...)
-	cmd := exec.CommandContext(ctx, p.opt.Nsenter, argv...)
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	return cmd
+	return sandbox.Command(ctx, p.opt.Nsenter, argv...)
 }
 
 // addNetns creates the lease's network namespace with only its loopback
@@ -349,7 +282,7 @@ func (p *Provider) addNetns(ctx context.Context, name string) error {
 // sandboxStatus returns runsc's status of the lease's container
 // ("running", "stopped", ...), or "" if runsc does not know it.
 func (p *Provider) sandboxStatus(ctx context.Context, st *state) string {
-	if !exists(p.netns(st)) || !exists(st.runscRoot()) {
+	if !sandbox.Exists(p.netns(st)) || !sandbox.Exists(st.runscRoot()) {
 		return ""
 	}
 	out, err := p.runsc(ctx, st, "state", st.ID).Output()
@@ -369,16 +302,7 @@ func (p *Provider) sandboxStatus(ctx context.Context, st *state) string {
 // cgroups, its own network namespace (not the caller's) and its directory,
 // and frees its uid once nothing of the lease is left.
 func (p *Provider) Stop(ctx context.Context, h *bothy.SandboxHandle) (*bothy.Residue, error) {
-	st, err := decodeState(h)
-	if err != nil {
-		return &bothy.Residue{Other: []string{err.Error()}}, err
-	}
-	res := p.teardown(st)
-	if !res.Empty() {
-		b, _ := json.Marshal(res)
-		return res, fmt.Errorf("stop lease %s: residue %s", h.LeaseID, b)
-	}
-	return res, nil
+	return sandbox.Stop(h, decodeState, p.teardown)
 }
 
 // teardown undoes whatever part of Start happened and reports what it
@@ -398,50 +322,40 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 	// and anything of runsc's outside the cgroups: all name the lease's
 	// runsc root on their command lines.
 	marker := "--root=" + st.runscRoot()
-	deadline := time.Now().Add(5 * time.Second)
-	for pids := processesWith(marker); len(pids) > 0; pids = processesWith(marker) {
-		if time.Now().After(deadline) {
-			res.Processes = pids
-			break
-		}
-		for _, pid := range pids {
-			unix.Kill(pid, unix.SIGKILL)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	res.Processes = sandbox.KillAll(func() []int { return processesWith(marker) }, 5*time.Second)
 	for _, dir := range p.cgroupDirs(st) {
-		if err := cgroupfs.Remove(dir, 2*time.Second); err != nil || exists(dir) {
+		if err := cgroupfs.Remove(dir, 2*time.Second); err != nil || sandbox.Exists(dir) {
 			res.Cgroups = append(res.Cgroups, dir)
 		}
 	}
 
 	// A network namespace of the caller's stays: the caller removes it.
 	if ns := p.netns(st); st.NetNS == "" {
-		if exists(ns) {
+		if sandbox.Exists(ns) {
 			if err := unix.Unmount(ns, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
 				res.Other = append(res.Other, fmt.Sprintf("unmount %s: %v", ns, err))
 			}
-			if !mounted(ns) {
+			if !sandbox.Mounted(ns) {
 				os.Remove(ns)
 			}
 		}
-		if mounted(ns) {
+		if sandbox.Mounted(ns) {
 			res.Mounts = append(res.Mounts, ns)
-		} else if exists(ns) {
+		} else if sandbox.Exists(ns) {
 			res.Paths = append(res.Paths, ns)
 		}
 	}
 
 	// The lease's directory holds only files of the provider and runsc;
 	// refuse to remove it if anything is mounted under it.
-	if under := mountsUnder(st.Dir); len(under) > 0 {
+	if under := sandbox.MountsUnder(st.Dir); len(under) > 0 {
 		res.Mounts = append(res.Mounts, under...)
-	} else if err := os.RemoveAll(st.Dir); err != nil || exists(st.Dir) {
+	} else if err := os.RemoveAll(st.Dir); err != nil || sandbox.Exists(st.Dir) {
 		res.Paths = append(res.Paths, st.Dir)
 	}
 
 	if st.UID != 0 && res.Empty() {
-		p.uids.Release(st.UID)
+		p.leases.UIDs.Release(st.UID)
 	}
 	return res
 }
@@ -449,16 +363,12 @@ func (p *Provider) teardown(st *state) *bothy.Residue {
 // Recover checks that the lease's sandbox is still running, under the same
 // uid, and returns the handle.
 func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHandle, error) {
-	h, err := bothy.DecodeSandboxHandle(handle, Name)
+	h, st, err := sandbox.Decode(handle, Name, decodeState)
 	if err != nil {
 		return nil, err
 	}
-	st, err := decodeState(h)
-	if err != nil {
+	if err := p.leases.Held(h.LeaseID, st.UID); err != nil {
 		return nil, err
-	}
-	if !p.uids.Holds(st.UID, h.LeaseID) {
-		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (uid %d not held)", h.LeaseID, st.UID)
 	}
 	if s := p.sandboxStatus(ctx, st); s != "running" {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (runsc status %q)", h.LeaseID, s)
@@ -493,53 +403,8 @@ func tail(path string) string {
 // processesWith returns the pids of live host processes whose command line
 // holds s. Zombies are left out.
 func processesWith(s string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !strings.Contains(string(b), s) {
-			continue
-		}
-		var pid int
-		fmt.Sscan(e.Name(), &pid)
-		if pid > 0 && pid != os.Getpid() {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// mountsUnder returns the mount points at or below dir.
-func mountsUnder(dir string) []string {
-	ms, err := mountinfo.Read()
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for _, m := range ms {
-		if m.Point == dir || strings.HasPrefix(m.Point, dir+"/") {
-			out = append(out, m.Point)
-		}
-	}
-	return out
-}
-
-// mounted reports whether path is a mount point in this mount namespace.
-func mounted(path string) bool {
-	ok, err := mountinfo.Mounted(path)
-	return err == nil && ok
-}
-
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return err == nil
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	rand.Read(b)
-	return hex.EncodeToString(b)
+	return sandbox.Processes(func(pid int) bool {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		return err == nil && strings.Contains(string(b), s)
+	})
 }

@@ -5,14 +5,13 @@ import (
 	"path/filepath"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
-// holderInit is the container's pid 1: it reaps the orphans that commands
-// leave and otherwise sleeps. It runs as root inside the sandbox with no
-// capabilities, so that a command (the lease's uid) can neither signal nor
-// trace it; gVisor, like Linux, drops signals from inside the pid
-// namespace that its init has no handler for.
-const holderInit = `$0 = "bothy-init"; $SIG{CHLD} = sub {}; while (1) { 1 while waitpid(-1, 1) > 0; sleep 3600 }`
+// holderInit is the container's pid 1 (sandbox.InitProgram). It runs as
+// root inside the sandbox with no capabilities, so that a command (the
+// lease's uid) can neither signal nor trace it.
+var holderInit = sandbox.InitProgram(0)
 
 // The cgroup v1 controllers whose presence New checks; runsc creates the
 // lease's cgroup under every v1 hierarchy it finds.
@@ -148,7 +147,7 @@ func (p *Provider) containerSpec(spec bothy.LeaseSpec, st *state) *ociSpec {
 // sandbox.
 func guestPids(l bothy.Limits) int64 {
 	if l.Pids == 0 {
-		return DefaultPids
+		return sandbox.DefaultPids
 	}
 	return l.Pids
 }

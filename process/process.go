@@ -37,9 +37,8 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // Name is the provider's name.
@@ -50,7 +49,7 @@ var _ bothy.Provider = (*Provider)(nil)
 // Provider runs commands as child processes of the agent.
 type Provider struct {
 	// KillGrace is the time between SIGTERM and SIGKILL at a timeout or
-	// cancel; zero means DefaultKillGrace.
+	// cancel; zero means sandbox.DefaultKillGrace.
 	KillGrace time.Duration
 
 	mu     sync.Mutex
@@ -118,11 +117,11 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	if h.NetNS != "" {
 		argv = append([]string{"nsenter", "--net=" + h.NetNS, "--"}, argv...)
 	}
-	files, fileEnv, err := SecretFiles(spec.SecretFiles, 3)
+	files, fileEnv, err := sandbox.SecretFiles(spec.SecretFiles, 3)
 	if err != nil {
 		return nil, err
 	}
-	defer closeAll(files)
+	defer sandbox.CloseAll(files)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = environ(h.Workspace, h.Env, spec.Env, fileEnv)
@@ -138,7 +137,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	// The group is registered as soon as it exists, so that Stop finds it;
 	// if Stop ran in between, the group is killed at once.
 	var pgid int
-	res, err := Run(ctx, cmd, spec, RunOptions{
+	res, err := sandbox.Run(ctx, cmd, spec, sandbox.RunOptions{
 		Grace: p.KillGrace,
 		Started: func(pid int) {
 			p.mu.Lock()
@@ -232,21 +231,7 @@ func checkNetNS(path string) error {
 	if _, err := exec.LookPath("nsenter"); err != nil {
 		return bothy.Errorf(bothy.EINVALID, "the process provider joins a network namespace with nsenter, which is missing")
 	}
-	return CheckNetNS(path)
-}
-
-// CheckNetNS checks that a lease's network namespace (LeaseSpec.NetNS),
-// if it has one, is a namespace, which nsenter can join: the providers'
-// Start refuses anything else with EINVALID.
-func CheckNetNS(path string) error {
-	if path == "" {
-		return nil
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(path, &fs); err != nil || fs.Type != unix.NSFS_MAGIC {
-		return bothy.Errorf(bothy.EINVALID, "lease network namespace %s is not a namespace", path)
-	}
-	return nil
+	return sandbox.CheckNetNS(path)
 }
 
 // groupMemory returns the resident memory of the processes of group pgid.
@@ -314,25 +299,15 @@ func confine(workspace, cwd string) (string, error) {
 // environ builds a command's environment: a minimal base, not the agent's
 // own (which may hold its credential), then the lease's and the command's.
 func environ(workspace string, layers ...map[string]string) []string {
-	env := map[string]string{
+	base := map[string]string{
 		"PATH": "/usr/local/bin:/usr/bin:/bin",
 		"HOME": workspace,
 		"LANG": "C.UTF-8",
 	}
 	if path := os.Getenv("PATH"); path != "" {
-		env["PATH"] = path
+		base["PATH"] = path
 	}
-	for _, l := range layers {
-		for k, v := range l {
-			env[k] = v
-		}
-	}
-	out := make([]string, 0, len(env))
-	for k, v := range env {
-		out = append(out, k+"="+v)
-	}
-	sort.Strings(out)
-	return out
+	return sandbox.Environ(base, layers...)
 }
 
 // waitGroupGone polls until no process of group pgid is left, for at most
@@ -350,17 +325,7 @@ func waitGroupGone(pgid int, d time.Duration) bool {
 	}
 }
 
-// FindProgram resolves *prog on PATH, or name if *prog is empty, and
-// stores its path in *prog. It returns what is missing, for a provider's
-// list of unmet prerequisites, or "".
-func FindProgram(prog *string, name string) string {
-	if *prog == "" {
-		*prog = name
-	}
-	path, err := exec.LookPath(*prog)
-	if err != nil {
-		return fmt.Sprintf("the %s program (install it with scripts/sandbox-deps)", name)
-	}
-	*prog = path
-	return ""
-}
+var _ bothy.SecretFiler = (*Provider)(nil)
+
+// GivesSecretFiles reports true: the command inherits the memory files.
+func (p *Provider) GivesSecretFiles() bool { return true }

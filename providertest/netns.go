@@ -63,17 +63,21 @@ func NetNS(t testing.TB) (path string, listener netip.AddrPort) {
 		t.Fatalf("listen on the host side: %v", err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("reached\n"))
-			c.Close()
-		}
-	}()
+	go answerReached(ln)
 	return filepath.Join("/run/netns", name), netip.MustParseAddrPort(ln.Addr().String())
+}
+
+// answerReached answers "reached\n" to every connection of ln until it is
+// closed.
+func answerReached(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Write([]byte("reached\n"))
+		c.Close()
+	}
 }
 
 // ConnectScript is a bash script that connects to addr and prints what it

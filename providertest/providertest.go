@@ -10,9 +10,11 @@
 // memory, wall time), Limits.ScratchBytes as the largest file a command
 // can write (DiskLimited when that kills it) and LeaseSpec.NetNS. The
 // NetNS case needs root (it creates a namespace with ip) and is skipped
-// otherwise. What only an isolating provider does (no network without
-// NetNS, Landlock, cgroup accounting) is for the provider's own tests,
-// with the helpers here (NetNS, BusyScript, AllocScript).
+// otherwise. What every isolating provider does (a uid of its own, no
+// capabilities, no network without NetNS, nothing left after Stop) is
+// TestIsolating's; what only one does (Landlock, cgroup accounting) is for
+// the provider's own tests, with the helpers here (NetNS, BusyScript,
+// AllocScript, WantAlive).
 package providertest
 
 import (
@@ -31,6 +33,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // Unavailable ends a test whose provider cannot run on this host: it fails
@@ -226,26 +229,21 @@ func testKill(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 		}
 		wantNoProcess(t, p, h, m)
 	})
-	t.Run("CancelKillsTree", func(t *testing.T) {
-		m := Marker()
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		defer cancel()
-		_, err := p.Exec(ctx, h, bothy.ExecSpec{Script: fmt.Sprintf("(sleep %s &); sleep %s & sleep %s", m, m, m), Timeout: 20 * time.Second})
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("error %v, want context.DeadlineExceeded", err)
-		}
-		wantNoProcess(t, p, h, m)
-	})
-	t.Run("Cancel", func(t *testing.T) {
-		m := Marker()
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		defer cancel()
-		_, err := p.Exec(ctx, h, bothy.ExecSpec{Script: fmt.Sprintf("sleep %s & sleep %s", m, m), Timeout: 20 * time.Second})
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("error %v, want context.DeadlineExceeded", err)
-		}
-		wantNoProcess(t, p, h, m)
-	})
+	for _, c := range []struct{ name, script string }{
+		{"CancelKillsTree", "(sleep %[1]s &); sleep %[1]s & sleep %[1]s"},
+		{"Cancel", "sleep %[1]s & sleep %[1]s"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := Marker()
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, err := p.Exec(ctx, h, bothy.ExecSpec{Script: fmt.Sprintf(c.script, m), Timeout: 20 * time.Second})
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("error %v, want context.DeadlineExceeded", err)
+			}
+			wantNoProcess(t, p, h, m)
+		})
+	}
 }
 
 // testBackground checks that what a command leaves running when it exits
@@ -270,7 +268,7 @@ func testBackground(t *testing.T, newProvider func(t *testing.T) bothy.Provider)
 		if res.ExitCode != 0 || out != "alive\n" {
 			t.Fatalf("the background process of the previous command: result %+v stdout %q stderr %q", res, out, errOut)
 		}
-		if procs := processes(t, p, h, m); len(procs) != 2 {
+		if procs := ProcessesOf(t, p, h, m); len(procs) != 2 {
 			t.Fatalf("background processes %v, want 2", procs)
 		}
 	})
@@ -483,41 +481,23 @@ func Marker() string {
 
 // Processes returns the host pids whose command line contains s.
 func Processes(s string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && bytes.Contains(b, []byte(s)) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return sandbox.Processes(func(pid int) bool {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		return err == nil && bytes.Contains(b, []byte(s))
+	})
 }
 
 // WantNoProcess fails the test if a host process whose command line holds
 // marker is still alive half a second from now.
 func WantNoProcess(t testing.TB, marker string) {
 	t.Helper()
-	deadline := time.Now().Add(500 * time.Millisecond)
-	for {
-		pids := Processes(marker)
-		if len(pids) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("processes %v of the command (marker %s) are still alive", pids, marker)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wantNoProcess(t, nil, nil, marker)
 }
 
-// processes returns the host pids and, if p is a ProcessLister, the command
-// lines of the processes in h's sandbox, whose command line holds marker.
-func processes(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker string) []string {
+// ProcessesOf returns the host pids and, if p is a ProcessLister, the
+// command lines of the processes in h's sandbox, whose command line holds
+// marker.
+func ProcessesOf(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker string) []string {
 	t.Helper()
 	var out []string
 	for _, pid := range Processes(marker) {
@@ -537,12 +517,14 @@ func processes(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker st
 	return out
 }
 
-// wantNoProcess is WantNoProcess, looking in h's sandbox too.
+// wantNoProcess fails the test if a process whose command line holds
+// marker is still alive, on the host or, if p is a ProcessLister, in h's
+// sandbox, half a second from now.
 func wantNoProcess(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker string) {
 	t.Helper()
 	deadline := time.Now().Add(500 * time.Millisecond)
 	for {
-		procs := processes(t, p, h, marker)
+		procs := ProcessesOf(t, p, h, marker)
 		if len(procs) == 0 {
 			return
 		}
@@ -556,7 +538,7 @@ func wantNoProcess(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marke
 func waitProcess(t testing.TB, p bothy.Provider, h *bothy.SandboxHandle, marker string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for len(processes(t, p, h, marker)) == 0 {
+	for len(ProcessesOf(t, p, h, marker)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the command's process (marker %s) never appeared", marker)
 		}

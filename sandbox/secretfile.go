@@ -1,4 +1,4 @@
-package process
+package sandbox
 
 import (
 	"fmt"
@@ -8,8 +8,6 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/bothyhq/bothy"
 )
 
 // SecretFiles makes one sealed memory file (memfd) per entry of files,
@@ -25,23 +23,23 @@ func SecretFiles(files map[string]string, first int) ([]*os.File, map[string]str
 	for i, name := range slices.Sorted(maps.Keys(files)) {
 		fd, err := unix.MemfdCreate("bothy-secret", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 		if err != nil {
-			closeAll(out)
+			CloseAll(out)
 			return nil, nil, fmt.Errorf("memfd: %w", err)
 		}
 		f := os.NewFile(uintptr(fd), "secret "+name)
 		out = append(out, f)
 		if _, err := f.WriteString(files[name]); err != nil {
-			closeAll(out)
+			CloseAll(out)
 			return nil, nil, fmt.Errorf("write secret file: %w", err)
 		}
 		// Sealed, so that the command cannot change what a later read of
 		// the same descriptor sees.
 		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE|unix.F_SEAL_SEAL); err != nil {
-			closeAll(out)
+			CloseAll(out)
 			return nil, nil, fmt.Errorf("seal secret file: %w", err)
 		}
 		if _, err := f.Seek(0, 0); err != nil {
-			closeAll(out)
+			CloseAll(out)
 			return nil, nil, err
 		}
 		env[name] = "/dev/fd/" + strconv.Itoa(first+i)
@@ -49,13 +47,9 @@ func SecretFiles(files map[string]string, first int) ([]*os.File, map[string]str
 	return out, env, nil
 }
 
-func closeAll(files []*os.File) {
+// CloseAll closes files, such as those of SecretFiles.
+func CloseAll(files []*os.File) {
 	for _, f := range files {
 		f.Close()
 	}
 }
-
-var _ bothy.SecretFiler = (*Provider)(nil)
-
-// GivesSecretFiles reports true: the command inherits the memory files.
-func (p *Provider) GivesSecretFiles() bool { return true }

@@ -1,13 +1,10 @@
-package process
+package sandbox
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"time"
 
@@ -77,73 +74,36 @@ type RunOptions struct {
 // ctx's error. Run fills Usage.WallMillis, and the memory fields if
 // opt.Memory is set; the rest of Usage is the provider's.
 func Run(ctx context.Context, cmd *exec.Cmd, spec bothy.ExecSpec, opt RunOptions) (*bothy.ExecResult, error) {
-	grace, signal := opt.Grace, opt.Signal
-	if grace <= 0 {
-		grace = DefaultKillGrace
+	if opt.Grace <= 0 {
+		opt.Grace = DefaultKillGrace
 	}
-	var closers []*os.File // parent ends to close when the command is gone
-	defer func() {
-		for _, f := range closers {
-			f.Close()
-		}
-	}()
-	var copies sync.WaitGroup
-	var readers []*os.File // output read ends, closed by their copiers
-	pipeOut := func(dst io.Writer) (*os.File, error) {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return nil, fmt.Errorf("pipe: %w", err)
-		}
-		if dst == nil {
-			dst = io.Discard
-		}
-		readers = append(readers, r)
-		copies.Add(1)
-		go copyOutput(dst, r, copies.Done)
-		return w, nil
-	}
-	stdout, err := pipeOut(spec.Stdout)
+	out, err := connect(cmd, spec)
 	if err != nil {
 		return nil, err
 	}
-	stderr, err := pipeOut(spec.Stderr)
-	if err != nil {
-		stdout.Close()
-		readers[0].Close()
-		return nil, err
-	}
-	childEnds := []*os.File{stdout, stderr}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	if spec.Stdin != nil {
-		r, w, err := os.Pipe()
-		if err != nil {
-			stdout.Close()
-			stderr.Close()
-			detach(readers)
-			return nil, fmt.Errorf("pipe: %w", err)
-		}
-		closers = append(closers, w)
-		childEnds = append(childEnds, r)
-		cmd.Stdin = r
-		go func() {
-			io.Copy(w, spec.Stdin)
-			w.Close()
-		}()
-	}
-
+	defer out.close()
 	start := time.Now()
-	err = cmd.Start()
-	for _, f := range childEnds {
-		f.Close()
-	}
-	if err != nil {
-		detach(readers)
-		copies.Wait()
-		return nil, fmt.Errorf("start command: %w", err)
+	if err := out.start(cmd); err != nil {
+		return nil, err
 	}
 	if opt.Started != nil {
 		opt.Started(cmd.Process.Pid)
 	}
+	res, ctxErr, waitErr := watch(ctx, cmd, spec.Timeout, opt, start)
+	settle := outputSettle
+	if res.TimedOut || ctxErr != nil {
+		opt.Signal(syscall.SIGKILL)
+		settle = outputGrace
+	}
+	out.drain(settle)
+	return exitStatus(cmd, res, waitErr, ctxErr, opt.FileSizeLimit)
+}
+
+// watch waits for the main process of cmd, started at start, while it
+// enforces the timeout and ctx and samples opt.Memory. It returns the
+// result with TimedOut, Duration and Usage filled, ctx's error if ctx was
+// done, and the error of cmd.Wait.
+func watch(ctx context.Context, cmd *exec.Cmd, timeout time.Duration, opt RunOptions, start time.Time) (res *bothy.ExecResult, ctxErr, waitErr error) {
 	var mem memoryMeter
 	var sample <-chan time.Time
 	if opt.Memory != nil {
@@ -156,31 +116,30 @@ func Run(ctx context.Context, cmd *exec.Cmd, spec bothy.ExecSpec, opt RunOptions
 		if sig == syscall.SIGKILL {
 			cmd.Process.Signal(sig)
 		}
-		signal(sig)
+		opt.Signal(sig)
 	}
 
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	var timeout, killAt <-chan time.Time
-	if spec.Timeout > 0 {
-		t := time.NewTimer(spec.Timeout)
+	var expired, killAt <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
 		defer t.Stop()
-		timeout = t.C
+		expired = t.C
 	}
 	ctxDone := ctx.Done()
-	res := &bothy.ExecResult{}
-	var ctxErr, waitErr error
+	res = &bothy.ExecResult{}
 	term := func() {
 		kill(syscall.SIGTERM)
-		killAt = time.After(grace)
+		killAt = time.After(opt.Grace)
 	}
 wait:
 	for {
 		select {
 		case waitErr = <-done:
 			break wait
-		case <-timeout:
-			timeout = nil
+		case <-expired:
+			expired = nil
 			res.TimedOut = true
 			term()
 		case <-ctxDone:
@@ -201,21 +160,12 @@ wait:
 		res.Usage.PeakMemoryBytes = mem.peak
 		res.Usage.MemoryByteSeconds = int64(mem.byteSeconds)
 	}
-	settle := outputSettle
-	if res.TimedOut || ctxErr != nil {
-		signal(syscall.SIGKILL)
-		settle = outputGrace
-	}
+	return res, ctxErr, waitErr
+}
 
-	drained := make(chan struct{})
-	go func() { copies.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(settle):
-		detach(readers)
-		<-drained
-	}
-
+// exitStatus fills res's exit code, signal and DiskLimited from how the
+// main process of cmd ended, and returns it with ctx's error, if any.
+func exitStatus(cmd *exec.Cmd, res *bothy.ExecResult, waitErr, ctxErr error, fileSizeLimit bool) (*bothy.ExecResult, error) {
 	var exitErr *exec.ExitError
 	if waitErr != nil && !errors.As(waitErr, &exitErr) {
 		return nil, fmt.Errorf("wait for command: %w", waitErr)
@@ -226,7 +176,7 @@ wait:
 	} else {
 		res.ExitCode = cmd.ProcessState.ExitCode()
 	}
-	if opt.FileSizeLimit {
+	if fileSizeLimit {
 		res.DiskLimited = res.Signal == "SIGXFSZ" || res.Signal == "" && res.ExitCode == 128+int(syscall.SIGXFSZ)
 	}
 	if ctxErr != nil {
@@ -251,60 +201,12 @@ func (m *memoryMeter) sample(bytes int64, now time.Time) {
 	m.last, m.lastBytes, m.peak = now, bytes, max(m.peak, bytes)
 }
 
-// copyOutput copies r to dst until EOF, or until detach sets a past read
-// deadline on r: it then copies what r still buffers (all that was written
-// before the detach), calls done, and reads and discards the rest until
-// EOF, so that a writer that outlives the command never gets EPIPE.
-func copyOutput(dst io.Writer, r *os.File, done func()) {
-	defer r.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			dst.Write(buf[:n])
-		}
-		if err == nil {
-			continue
-		}
-		if !errors.Is(err, os.ErrDeadlineExceeded) {
-			done()
-			return
-		}
-		r.SetReadDeadline(time.Time{})
-		eof := drainBuffered(dst, r, buf)
-		done()
-		if !eof {
-			io.Copy(io.Discard, r)
-		}
-		return
-	}
-}
-
-// drainBuffered copies what the pipe r holds now to dst without blocking
-// and reports whether it reached EOF.
-func drainBuffered(dst io.Writer, r *os.File, buf []byte) (eof bool) {
-	rc, err := r.SyscallConn()
-	if err != nil {
-		return false
-	}
-	rc.Read(func(fd uintptr) bool {
-		for {
-			n, err := unix.Read(int(fd), buf)
-			if n > 0 {
-				dst.Write(buf[:n])
-				continue
-			}
-			eof = n == 0 && err == nil
-			return true
-		}
-	})
-	return eof
-}
-
-// detach makes the copiers of readers hand over what is buffered and stop
-// writing to their destinations.
-func detach(readers []*os.File) {
-	for _, r := range readers {
-		r.SetReadDeadline(time.Now().Add(-time.Second))
+// MarkKilled sets res.Signal to SIGKILL where the command's main process,
+// an enter program or runsc that reports the command's end as an exit
+// status, exited 128+SIGKILL because a memory limit or a timeout killed
+// the command.
+func MarkKilled(res *bothy.ExecResult) {
+	if res.Signal == "" && res.ExitCode == 128+int(syscall.SIGKILL) && (res.OOMKilled || res.TimedOut) {
+		res.Signal = "SIGKILL"
 	}
 }
