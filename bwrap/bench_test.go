@@ -8,6 +8,7 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/hostcache"
 	"github.com/bothyhq/bothy/providertest"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // BenchmarkExecTrue measures `true` through Exec into a running sandbox:
@@ -16,7 +17,7 @@ import (
 func BenchmarkExecTrue(b *testing.B) {
 	p, err := newProviderB()
 	if err != nil {
-		b.Skip(err)
+		testenv.Skip(b, "%v", err)
 	}
 	h, _ := providertest.Start(b, p, bothy.LeaseSpec{})
 	for b.Loop() {
@@ -50,7 +51,7 @@ func BenchmarkPlainBwrapTrue(b *testing.B) {
 func BenchmarkStartOverlay(b *testing.B) {
 	p, err := newProviderB()
 	if err != nil {
-		b.Skip(err)
+		testenv.Skip(b, "%v", err)
 	}
 	lower := writeLower(b, 100, 100, 4096)
 	for _, idmap := range []bool{false, true} {

@@ -15,6 +15,7 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/bwrap"
 	"github.com/bothyhq/bothy/providertest"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // newProvider returns a provider with the default options, or ends the test
@@ -25,7 +26,7 @@ func newProvider(t *testing.T) *bwrap.Provider {
 	t.Helper()
 	p, err := bwrap.New(bwrap.Options{KillGrace: time.Second})
 	if err != nil {
-		providertest.Unavailable(t, "%v; run scripts/sandbox-deps as root", err)
+		testenv.Skip(t, "%v; run scripts/sandbox-deps as root", err)
 	}
 	return p
 }

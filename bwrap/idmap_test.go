@@ -16,6 +16,7 @@ import (
 	"github.com/bothyhq/bothy/bwrap"
 	"github.com/bothyhq/bothy/hostcache"
 	"github.com/bothyhq/bothy/providertest"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // writeLower creates dirs directories of files files of size bytes each.
@@ -108,7 +109,7 @@ func TestProvider_WorkspaceUID(t *testing.T) {
 	}
 	p, err := bwrap.New(bwrap.Options{StateDir: dir, UIDBase: 310000, UIDCount: 2, KillGrace: time.Second})
 	if err != nil {
-		providertest.Unavailable(t, "%v; run scripts/sandbox-deps as root", err)
+		testenv.Skip(t, "%v; run scripts/sandbox-deps as root", err)
 	}
 	ctx := context.Background()
 	reserve := func(leaseID string) (int, error) { return p.WorkspaceUID(ctx, leaseID) }

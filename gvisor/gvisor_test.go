@@ -16,6 +16,7 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/gvisor"
 	"github.com/bothyhq/bothy/providertest"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // newProvider returns a provider with the default options, or ends the test
@@ -24,7 +25,7 @@ func newProvider(t testing.TB) *gvisor.Provider {
 	t.Helper()
 	p, err := gvisor.New(gvisor.Options{KillGrace: time.Second})
 	if err != nil {
-		providertest.Unavailable(t, "%v; run scripts/sandbox-deps as root", err)
+		testenv.Skip(t, "%v; run scripts/sandbox-deps as root", err)
 	}
 	return p
 }

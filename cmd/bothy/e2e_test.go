@@ -19,6 +19,7 @@ import (
 	"github.com/bothyhq/bothy/postgres"
 	"github.com/bothyhq/bothy/postgres/pgtest"
 	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // These tests run the real thing: `bothy serve` as a process, its
@@ -28,12 +29,7 @@ import (
 
 func needSandbox(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("BOTHY_TEST_REQUIRE_ALL") == "1" {
-			t.Fatal("end-to-end tests need root (bubblewrap, cgroups, overlayfs)")
-		}
-		t.Skip("end-to-end tests need root")
-	}
+	testenv.Root(t, "end-to-end tests need root (bubblewrap, cgroups, overlayfs)")
 }
 
 // apiClient calls the public API with raw HTTP, as any client would.

@@ -3,9 +3,10 @@
 //
 //	BOTHY_TEST_POSTGRES_URL='postgres://postgres:pw@127.0.0.1:5432/postgres?sslmode=disable'
 //
-// (scripts/pg-test-env prints a working value). Without it, tests skip, unless
-// BOTHY_TEST_REQUIRE_ALL=1, which turns the skip into a failure so that CI
-// cannot pass with the PostgreSQL suite silently skipped.
+// (scripts/pg-test-env prints a working value). Without it, tests end with
+// testenv.Skip: they skip, unless BOTHY_TEST_REQUIRE_ALL=1, which turns the
+// skip into a failure so that CI cannot pass with the PostgreSQL suite
+// silently skipped.
 package pgtest
 
 import (
@@ -13,34 +14,25 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bothyhq/bothy/testenv"
 	"github.com/jackc/pgx/v5"
 )
 
-// Environment variables read by URL.
-const (
-	EnvURL        = "BOTHY_TEST_POSTGRES_URL"
-	EnvRequireAll = "BOTHY_TEST_REQUIRE_ALL"
-)
+// EnvURL names the server URL creates databases on.
+const EnvURL = testenv.EnvPostgresURL
 
 // URL creates a database named bothy_test_<random> on the server of
 // BOTHY_TEST_POSTGRES_URL, which must name a role allowed to create
 // databases, and returns a URL for it. The database is dropped when the test
 // ends, even if connections to it are still open. If the variable is unset,
-// URL skips the test, or fails it when BOTHY_TEST_REQUIRE_ALL=1.
+// URL ends the test with testenv.Skip.
 func URL(t testing.TB) string {
 	t.Helper()
-	admin := os.Getenv(EnvURL)
-	if admin == "" {
-		if os.Getenv(EnvRequireAll) == "1" {
-			t.Fatalf("pgtest: %s is unset and %s=1; run `eval \"$(scripts/pg-test-env)\"` first", EnvURL, EnvRequireAll)
-		}
-		t.Skipf("pgtest: %s is unset; skipping PostgreSQL test", EnvURL)
-	}
+	admin := testenv.PostgresURL(t)
 	var b [8]byte
 	rand.Read(b[:])
 	name := "bothy_test_" + hex.EncodeToString(b[:])
