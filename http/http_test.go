@@ -16,9 +16,7 @@ import (
 	"github.com/bothyhq/bothy/gcs/gcstest"
 	bhttp "github.com/bothyhq/bothy/http"
 	"github.com/bothyhq/bothy/localblob"
-	"github.com/bothyhq/bothy/postgres"
-	"github.com/bothyhq/bothy/postgres/pgtest"
-	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/storetest"
 	"github.com/bothyhq/bothy/workspace"
 )
 
@@ -42,26 +40,16 @@ type opener func(t *testing.T) (bothy.Store, bothy.BlobStore)
 
 func openSQLite(t *testing.T) (bothy.Store, bothy.BlobStore) {
 	t.Helper()
-	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "bothy.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	b, err := localblob.Open(filepath.Join(t.TempDir(), "blobs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, b
+	return storetest.OpenSQLite(t), b
 }
 
 func openPostgres(t *testing.T) (bothy.Store, bothy.BlobStore) {
 	t.Helper()
-	s, err := postgres.Open(t.Context(), pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s, gcstest.New(t)
+	return storetest.OpenPostgres(t), gcstest.New(t)
 }
 
 func newEnv(t *testing.T, open opener) *env {

@@ -2,14 +2,11 @@
 // implementation runs it from its own tests:
 //
 //	func TestStore(t *testing.T) {
-//		storetest.TestStore(t, func(t *testing.T) bothy.Store {
-//			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "bothy.db"))
-//			if err != nil {
-//				t.Fatal(err)
-//			}
-//			return s
-//		})
+//		storetest.TestStore(t, func(t *testing.T) bothy.Store { return storetest.OpenSQLite(t) })
 //	}
+//
+// Tests of other packages that need a store get one from OpenSQLite and
+// OpenPostgres, or run on every engine with Each.
 package storetest
 
 import (

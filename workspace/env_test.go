@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,9 +14,7 @@ import (
 	"github.com/bothyhq/bothy/checkpoint"
 	"github.com/bothyhq/bothy/gcs/gcstest"
 	"github.com/bothyhq/bothy/localblob"
-	"github.com/bothyhq/bothy/postgres"
-	"github.com/bothyhq/bothy/postgres/pgtest"
-	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/storetest"
 	"github.com/bothyhq/bothy/workspace"
 )
 
@@ -29,24 +26,14 @@ type backend struct {
 
 var backends = []backend{
 	{"sqlite+localblob", func(t *testing.T) (bothy.Store, bothy.BlobStore) {
-		store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "bothy.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { store.Close() })
 		blobs, err := localblob.Open(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		return store, blobs
+		return storetest.OpenSQLite(t), blobs
 	}},
 	{"postgres+gcs", func(t *testing.T) (bothy.Store, bothy.BlobStore) {
-		store, err := postgres.Open(context.Background(), pgtest.URL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { store.Close() })
-		return store, gcstest.New(t)
+		return storetest.OpenPostgres(t), gcstest.New(t)
 	}},
 }
 
