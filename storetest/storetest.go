@@ -108,8 +108,9 @@ func mustCommit(t *testing.T, s bothy.Store, r *bothy.CommitRequest) *bothy.Revi
 	return rev
 }
 
-// wantCode fails the test unless err carries the domain error code.
-func wantCode(t *testing.T, err error, code string) {
+// WantCode fails the test unless err carries the domain error code
+// (bothy.ErrorCode), for the tests of any layer that returns domain errors.
+func WantCode(t testing.TB, err error, code string) {
 	t.Helper()
 	if got := bothy.ErrorCode(err); got != code {
 		t.Fatalf("error code = %q, want %q (err: %v)", got, code, err)

@@ -191,18 +191,12 @@ func (e *env) chunks(name string) int {
 }
 
 // wantCode fails unless err has code.
-func wantCode(t *testing.T, err error, code string) {
-	t.Helper()
-	if got := bothy.ErrorCode(err); got != code {
-		t.Fatalf("error %v: code %q, want %q", err, got, code)
-	}
-}
 
 // unchanged runs fn, which must fail with code and commit nothing.
 func (e *env) unchanged(code string, fn func() error) {
 	e.t.Helper()
 	before := e.rev()
-	wantCode(e.t, fn(), code)
+	storetest.WantCode(e.t, fn(), code)
 	if after := e.rev(); after != before {
 		e.t.Fatalf("revision went from %d to %d on a failed operation", before, after)
 	}
