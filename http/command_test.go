@@ -523,6 +523,34 @@ func TestEventStream_Parse(t *testing.T) {
 			t.Errorf("seqs %v end %+v afters %v", seqs, end, *afters)
 		}
 	})
+	t.Run("Raw", func(t *testing.T) {
+		// A raw stream returns the re-sent 2 and does not reconnect after
+		// the break inside event 4.
+		c, afters := sseServer(t,
+			"id: 1\nevent: stdout\ndata: {\"seq\":1}\n\nid: 2\nevent: stdout\ndata: {\"seq\":2}\n\nid: 2\nevent: stdout\ndata: {\"seq\":2}\n\n"+
+				"id: 3\nevent: stdout\ndata: {\"seq\":3}\n\nid: 4\nevent: std",
+			"event: end\ndata: {\"id\":\"c\"}\n\n")
+		s, err := c.Events(t.Context(), "c", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		s.Raw = true
+		var seqs []int64
+		for {
+			ev, err := s.Next()
+			if err != nil {
+				if !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Errorf("Next: %v, want io.ErrUnexpectedEOF", err)
+				}
+				break
+			}
+			seqs = append(seqs, ev.Seq)
+		}
+		if !slices.Equal(seqs, []int64{1, 2, 2, 3}) || s.After() != 3 || !slices.Equal(*afters, []string{"0"}) {
+			t.Errorf("seqs %v after %d afters %v", seqs, s.After(), *afters)
+		}
+	})
 	t.Run("ErrGivesUp", func(t *testing.T) {
 		// A stream that keeps breaking fails after a few tries; a 404 on
 		// reconnecting is not retried.
