@@ -8,15 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/control"
@@ -286,58 +283,19 @@ func randomHex(n int) string {
 // production server would.
 func openBenchPostgres(ctx context.Context, admin string) (*postgres.Store, func() error, string, error) {
 	name := "bothy_bench_" + randomHex(8)
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(cctx, admin)
+	u, err := postgres.CreateDatabase(ctx, admin, name)
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("connect to the server of %s: %w", EnvPostgresURL, err)
+		return nil, nil, "", fmt.Errorf("%s: %w", EnvPostgresURL, err)
 	}
-	defer conn.Close(cctx)
+	drop := func() error { return postgres.DropDatabase(context.Background(), admin, name) }
+	s, err := postgres.Open(ctx, u)
+	if err != nil {
+		return nil, nil, "", errors.Join(err, drop())
+	}
 	var version string
-	if err := conn.QueryRow(cctx, "SHOW server_version").Scan(&version); err != nil {
-		return nil, nil, "", err
+	if err := s.SQL().QueryRowContext(ctx, "SHOW server_version").Scan(&version); err != nil {
+		s.Close()
+		return nil, nil, "", errors.Join(err, drop())
 	}
-	if _, err := conn.Exec(cctx, "CREATE DATABASE "+name); err != nil {
-		return nil, nil, "", fmt.Errorf("create database: %w", err)
-	}
-	drop := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, admin)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-		return err
-	}
-	u, err := withDatabase(admin, name)
-	if err == nil {
-		var s *postgres.Store
-		if s, err = postgres.Open(ctx, u); err == nil {
-			return s, drop, version, nil
-		}
-	}
-	return nil, nil, "", errors.Join(err, drop())
-}
-
-// withDatabase returns the connection string admin with its database
-// replaced by name (as postgres/pgtest does): a postgres:// URL or a
-// keyword/value string.
-func withDatabase(admin, name string) (string, error) {
-	if !strings.HasPrefix(admin, "postgres://") && !strings.HasPrefix(admin, "postgresql://") {
-		return admin + " dbname=" + name, nil
-	}
-	u, err := url.Parse(admin)
-	if err != nil {
-		// url's error repeats the URL, password and all.
-		return "", errors.New("the PostgreSQL URL does not parse")
-	}
-	u.Path, u.RawPath = "/"+name, ""
-	q := u.Query()
-	if q.Has("dbname") {
-		q.Set("dbname", name)
-		u.RawQuery = q.Encode()
-	}
-	return u.String(), nil
+	return s, drop, version, nil
 }

@@ -22,6 +22,7 @@ import (
 	bhttp "github.com/bothyhq/bothy/http"
 	"github.com/bothyhq/bothy/process"
 	"github.com/bothyhq/bothy/supervisor"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // TestMain makes the test binary a supervisor too, as the bothy binary is
@@ -46,12 +47,10 @@ func testProviders() []bothy.Provider {
 // the test runs as root on a host where bwrap works.
 func runtimeOptions(tb testing.TB) RuntimeOptions {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("the runtime bench needs root (bubblewrap, cgroups, overlayfs)")
-	}
+	testenv.Root(tb, "the runtime bench needs root (bubblewrap, cgroups, overlayfs)")
 	provs := testProviders()
 	if len(provs) < 2 {
-		tb.Skip("the bwrap provider is unavailable here (scripts/sandbox-deps)")
+		testenv.Skip(tb, "the bwrap provider is unavailable here (scripts/sandbox-deps)")
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -174,9 +173,7 @@ func TestReport_WriteMarkdown(t *testing.T) {
 // TestRunRuntime runs two scenarios end to end against a real embedded
 // server and checks that teardown leaves nothing.
 func TestRunRuntime(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts sandboxes")
-	}
+	testenv.Short(t, "starts sandboxes")
 	opts := runtimeOptions(t)
 	opts.Only, opts.WarmRuns, opts.FanOutRuns = "warm,30 computers", 3, 1
 	rep, err := RunRuntime(context.Background(), opts)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/providertest"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // TestProvider_Seccomp checks the filter from inside a sandbox, in
@@ -93,7 +94,7 @@ func TestProvider_Seccomp(t *testing.T) {
 	})
 	t.Run("ForeignABIKilled", func(t *testing.T) {
 		if runtime.GOARCH != "amd64" {
-			t.Skip("x32 is an x86_64 ABI")
+			testenv.NotApplicable(t, "x32 is an x86_64 ABI")
 		}
 		// getpid through the x32 ABI: SIGSYS (31), not a return.
 		code, out, _ := run(t, fmt.Sprintf(`perl -e 'syscall(%d); print "returned"'; echo " $?"`, 0x40000000+unix.SYS_GETPID))

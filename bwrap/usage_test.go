@@ -15,6 +15,7 @@ import (
 	"github.com/bothyhq/bothy/bwrap"
 	"github.com/bothyhq/bothy/cgroupfs"
 	"github.com/bothyhq/bothy/providertest"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // leaseCgroup returns the lease's directory under a cgroup hierarchy.
@@ -125,7 +126,7 @@ func TestProvider_Scratch(t *testing.T) {
 func TestProvider_Landlock(t *testing.T) {
 	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
 	if errno != 0 || abi < 2 {
-		providertest.Unavailable(t, "Landlock ABI 2 or later (the host has %d, %v)", abi, errno)
+		testenv.Skip(t, "Landlock ABI 2 or later (the host has %d, %v)", abi, errno)
 	}
 	p := newProvider(t)
 	h, _ := providertest.Start(t, p, bothy.LeaseSpec{})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy/cgroupfs"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 func write(t *testing.T, path, s string) {
@@ -77,10 +78,9 @@ func TestKill(t *testing.T) {
 		// A v1 parent's cgroup.procs does not list its children's
 		// processes: Kill finds them there.
 		root := "/sys/fs/cgroup/pids"
-		if os.Geteuid() != 0 {
-			t.Skip("needs root to create cgroups")
-		} else if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
-			t.Skip("no cgroup v1 pids hierarchy")
+		testenv.Root(t, "needs root to create cgroups")
+		if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
+			testenv.Skip(t, "no cgroup v1 pids hierarchy")
 		}
 		parent := filepath.Join(root, fmt.Sprintf("cgroupfs-test-%d", os.Getpid()))
 		child := filepath.Join(parent, "child")

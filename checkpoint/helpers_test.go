@@ -17,9 +17,7 @@ import (
 	"github.com/bothyhq/bothy/checkpoint"
 	"github.com/bothyhq/bothy/gcs/gcstest"
 	"github.com/bothyhq/bothy/localblob"
-	"github.com/bothyhq/bothy/postgres"
-	"github.com/bothyhq/bothy/postgres/pgtest"
-	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 // testBlobs is a blob store under test and, for localblob, its directory.
@@ -43,28 +41,6 @@ func blobStores(t *testing.T) map[string]func(t *testing.T) testBlobs {
 	}
 }
 
-// metaStores returns a constructor per metadata store implementation.
-func metaStores(t *testing.T) map[string]func(t *testing.T) bothy.Store {
-	return map[string]func(t *testing.T) bothy.Store{
-		"sqlite": func(t *testing.T) bothy.Store {
-			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		},
-		"postgres": func(t *testing.T) bothy.Store {
-			s, err := postgres.Open(t.Context(), pgtest.URL(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			return s
-		},
-	}
-}
-
 // forEachBlobStore runs fn as a subtest per blob store.
 func forEachBlobStore(t *testing.T, fn func(t *testing.T, blobs testBlobs)) {
 	for name, open := range blobStores(t) {
@@ -74,9 +50,9 @@ func forEachBlobStore(t *testing.T, fn func(t *testing.T, blobs testBlobs)) {
 
 // forEachStore runs fn as a subtest per (metadata store, blob store) pair.
 func forEachStore(t *testing.T, fn func(t *testing.T, store bothy.Store, blobs testBlobs)) {
-	for mname, mopen := range metaStores(t) {
+	for _, m := range storetest.Engines {
 		for bname, bopen := range blobStores(t) {
-			t.Run(mname+"/"+bname, func(t *testing.T) { fn(t, mopen(t), bopen(t)) })
+			t.Run(m.Name+"/"+bname, func(t *testing.T) { fn(t, m.Open(t), bopen(t)) })
 		}
 	}
 }

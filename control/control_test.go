@@ -2,37 +2,17 @@ package control_test
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/control"
-	"github.com/bothyhq/bothy/postgres"
-	"github.com/bothyhq/bothy/postgres/pgtest"
 	"github.com/bothyhq/bothy/runtime"
-	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 // stores runs fn on SQLite and on PostgreSQL.
-func stores(t *testing.T, fn func(t *testing.T, s bothy.Store)) {
-	t.Run("SQLite", func(t *testing.T) {
-		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "bothy.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		fn(t, s)
-	})
-	t.Run("PostgreSQL", func(t *testing.T) {
-		s, err := postgres.Open(context.Background(), pgtest.URL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		fn(t, s)
-	})
-}
+func stores(t *testing.T, fn func(t *testing.T, s bothy.Store)) { storetest.Each(t, fn) }
 
 const agentToken = "agent-token-for-tests"
 

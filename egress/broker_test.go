@@ -19,6 +19,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/egress"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 var loopback = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
@@ -373,7 +374,7 @@ func TestBroker_Serve_Denied(t *testing.T) {
 			}
 		}
 		if !host.IsValid() {
-			t.Skip("this host has no non-loopback address")
+			testenv.Skip(t, "this host has no non-loopback address")
 		}
 		all := []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
 		env := startBroker(t, egress.BrokerOptions{AllowPrivate: all}, bothy.EgressPolicy{Mode: bothy.EgressAll})

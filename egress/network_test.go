@@ -21,6 +21,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/egress"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // The test networks share one state directory, so that test runs on one
@@ -37,9 +38,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // requireNet skips when not root and fails when ip or nft is missing.
 func requireNet(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("network namespaces need root")
-	}
+	testenv.Root(t, "network namespaces need root")
 	for _, tool := range []string{"ip", "nft"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is missing (apt-get install iproute2 nftables): %v", tool, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/bothyhq/bothy/checkpoint"
 	"github.com/bothyhq/bothy/hostcache"
 	"github.com/bothyhq/bothy/localblob"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 const tenant = "t1"
@@ -53,9 +54,7 @@ func TestMain(m *testing.M) {
 // needRoot skips a test that mounts overlayfs when not root.
 func needRoot(tb testing.TB) {
 	tb.Helper()
-	if os.Geteuid() != 0 {
-		tb.Skip("overlay mounts need root")
-	}
+	testenv.Root(tb, "overlay mounts need root")
 }
 
 // newRepo returns a repo in a fresh local blob store, with a random key.

@@ -19,6 +19,7 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/computetest"
 	bhttp "github.com/bothyhq/bothy/http"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 // mustRun runs argv on the computer through the client.
@@ -113,7 +114,7 @@ func TestCommands_Run(t *testing.T) {
 		big, _ := json.Marshal(bothy.RunRequest{Argv: []string{"cat"}, Stdin: strings.Repeat("x", bothy.MaxStdinBytes+1)})
 		e.raw(t, "POST", path, e.acmeToken, strings.NewReader(string(big))).want(t, 413, bothy.ETOOLARGE)
 		_, err := e.acme.RunCommand(t.Context(), c.ID, bothy.RunRequest{Argv: []string{"cat"}, Stdin: strings.Repeat("\x01", bothy.MaxStdinBytes+1)})
-		wantCode(t, err, bothy.ETOOLARGE)
+		storetest.WantCode(t, err, bothy.ETOOLARGE)
 		// Exactly the limit is fine, however much JSON escaping grows it.
 		mustRun(t, e.acme, c.ID, bothy.RunRequest{Argv: []string{"cat"}, Stdin: strings.Repeat("\x01", bothy.MaxStdinBytes)})
 	})
@@ -126,11 +127,11 @@ func TestCommands_Run(t *testing.T) {
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
 		_, err := e.acme.RunCommand(t.Context(), "cmp_missing", bothy.RunRequest{Argv: []string{"true"}})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.acme.GetCommand(t.Context(), "cmd_missing")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.acme.ListCommands(t.Context(), bothy.CommandFilter{ComputerID: "cmp_missing"})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 	t.Run("List", func(t *testing.T) {
 		c2 := mustCreate(t, e.acme, bhttp.CreateComputerRequest{})
@@ -180,16 +181,16 @@ func TestCommands_Run(t *testing.T) {
 			t.Fatalf("DestroyComputer = %+v, %v", got, err)
 		}
 		_, err = e.acme.RunCommand(t.Context(), c2.ID, bothy.RunRequest{Argv: []string{"true"}})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 	})
 	t.Run("ErrForbidden", func(t *testing.T) {
 		cmd := mustRun(t, e.acme, c.ID, bothy.RunRequest{})
 		_, err := e.ro.RunCommand(t.Context(), c.ID, bothy.RunRequest{Argv: []string{"true"}})
-		wantCode(t, err, bothy.EFORBIDDEN)
+		storetest.WantCode(t, err, bothy.EFORBIDDEN)
 		_, err = e.ro.CancelCommand(t.Context(), cmd.ID)
-		wantCode(t, err, bothy.EFORBIDDEN)
+		storetest.WantCode(t, err, bothy.EFORBIDDEN)
 		_, err = e.ro.Checkpoint(t.Context(), c.ID)
-		wantCode(t, err, bothy.EFORBIDDEN)
+		storetest.WantCode(t, err, bothy.EFORBIDDEN)
 		// Reading commands and their events needs only computers:read.
 		if _, err := e.ro.GetCommand(t.Context(), cmd.ID); err != nil {
 			t.Fatal(err)
@@ -209,17 +210,17 @@ func TestCommands_Run(t *testing.T) {
 		cmd := mustRun(t, e.acme, c.ID, bothy.RunRequest{})
 		e.compute.Emit(t, "acme", cmd.ID, out(bothy.EventStdout, "private"))
 		_, err := e.other.GetCommand(t.Context(), cmd.ID)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.other.Events(t.Context(), cmd.ID, 0)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.other.CancelCommand(t.Context(), cmd.ID)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.other.RunCommand(t.Context(), c.ID, bothy.RunRequest{Argv: []string{"true"}})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.other.ListCommands(t.Context(), bothy.CommandFilter{ComputerID: c.ID})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.other.Checkpoint(t.Context(), c.ID)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		e.raw(t, "GET", "/v1/commands/"+cmd.ID+"/events", e.token(t, "other", bothy.ScopeComputersRead), nil).want(t, 404, bothy.ENOTFOUND)
 	})
 }
@@ -326,7 +327,7 @@ func TestCommands_NoCompute(t *testing.T) {
 	e := newEnv(t, openSQLite)
 	c := mustCreate(t, e.acme, bhttp.CreateComputerRequest{})
 	_, err := e.acme.RunCommand(t.Context(), c.ID, bothy.RunRequest{Argv: []string{"true"}})
-	wantCode(t, err, bothy.EUNAVAILABLE)
+	storetest.WantCode(t, err, bothy.EUNAVAILABLE)
 	e.raw(t, "POST", "/v1/computers/"+c.ID+"/checkpoint", e.acmeToken, nil).want(t, 503, bothy.EUNAVAILABLE)
 
 	cmd := &bothy.Command{ID: "cmd_stored", TenantID: "acme", ComputerID: c.ID, Argv: []string{"true"}}
@@ -337,7 +338,7 @@ func TestCommands_NoCompute(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = e.acme.CancelCommand(t.Context(), cmd.ID)
-	wantCode(t, err, bothy.EUNAVAILABLE)
+	storetest.WantCode(t, err, bothy.EUNAVAILABLE)
 	// An unfinished command's stream holds the stored events and no end.
 	r := e.raw(t, "GET", "/v1/commands/"+cmd.ID+"/events", e.acmeToken, nil)
 	if body := string(r.body); r.status != 200 || !strings.HasPrefix(body, "id: 1\n") || strings.Contains(body, "event: end") {
@@ -522,6 +523,34 @@ func TestEventStream_Parse(t *testing.T) {
 			t.Errorf("seqs %v end %+v afters %v", seqs, end, *afters)
 		}
 	})
+	t.Run("Raw", func(t *testing.T) {
+		// A raw stream returns the re-sent 2 and does not reconnect after
+		// the break inside event 4.
+		c, afters := sseServer(t,
+			"id: 1\nevent: stdout\ndata: {\"seq\":1}\n\nid: 2\nevent: stdout\ndata: {\"seq\":2}\n\nid: 2\nevent: stdout\ndata: {\"seq\":2}\n\n"+
+				"id: 3\nevent: stdout\ndata: {\"seq\":3}\n\nid: 4\nevent: std",
+			"event: end\ndata: {\"id\":\"c\"}\n\n")
+		s, err := c.Events(t.Context(), "c", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		s.Raw = true
+		var seqs []int64
+		for {
+			ev, err := s.Next()
+			if err != nil {
+				if !errors.Is(err, io.ErrUnexpectedEOF) {
+					t.Errorf("Next: %v, want io.ErrUnexpectedEOF", err)
+				}
+				break
+			}
+			seqs = append(seqs, ev.Seq)
+		}
+		if !slices.Equal(seqs, []int64{1, 2, 2, 3}) || s.After() != 3 || !slices.Equal(*afters, []string{"0"}) {
+			t.Errorf("seqs %v after %d afters %v", seqs, s.After(), *afters)
+		}
+	})
 	t.Run("ErrGivesUp", func(t *testing.T) {
 		// A stream that keeps breaking fails after a few tries; a 404 on
 		// reconnecting is not retried.
@@ -535,7 +564,7 @@ func TestEventStream_Parse(t *testing.T) {
 			t.Fatalf("Next = %+v, %v", ev, err)
 		}
 		_, err = s.Next()
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		if len(*afters) != 2 {
 			t.Errorf("afters %v", *afters)
 		}
@@ -548,7 +577,7 @@ func TestEventStream_Parse(t *testing.T) {
 		}
 		defer s.Close()
 		_, err = s.Next()
-		wantCode(t, err, bothy.EINTERNAL)
+		storetest.WantCode(t, err, bothy.EINTERNAL)
 	})
 	t.Run("Close", func(t *testing.T) {
 		c, _ := sseServer(t, "id: 1\nevent: stdout\ndata: {\"seq\":1}\n\n")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	bhttp "github.com/bothyhq/bothy/http"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 func ids(cs []*bothy.Computer) []string {
@@ -41,7 +42,7 @@ func testComputers(t *testing.T, e *env) {
 	})
 	t.Run("ErrInvalid", func(t *testing.T) {
 		_, err := e.acme.CreateComputer(t.Context(), bhttp.CreateComputerRequest{Profile: "strong"})
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		e.raw(t, "POST", "/v1/computers", e.acmeToken, strings.NewReader(`{"profile":"gpu"}`)).want(t, 400, bothy.EINVALID)
 		e.raw(t, "POST", "/v1/computers", e.acmeToken, strings.NewReader(`{"provider":"bwrap"}`)).want(t, 400, bothy.EINVALID)
 		e.raw(t, "POST", "/v1/computers", e.acmeToken, strings.NewReader(`{`)).want(t, 400, bothy.EINVALID)
@@ -119,12 +120,12 @@ func testComputers(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 		_, err = e.acme.StopComputer(ctx, c.ID)
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 		_, _, err = e.acme.ReadFile(ctx, "", c.ID, "f.txt", 0, -1)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		e.raw(t, "GET", "/v1/computers/"+c.ID+"/files/f.txt", e.acmeToken, nil).want(t, 404, bothy.ENOTFOUND)
 		_, err = e.acme.FindComputer(ctx, "cmp_missing")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		e.raw(t, "DELETE", "/v1/computers/cmp_missing", e.acmeToken, nil).want(t, 404, bothy.ENOTFOUND)
 	})
 }

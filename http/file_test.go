@@ -9,6 +9,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	bhttp "github.com/bothyhq/bothy/http"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 func read(t *testing.T, c *bhttp.Client, id, p string, off, length int64) (string, *bothy.FileInfo) {
@@ -139,9 +140,9 @@ func testFiles(t *testing.T, e *env) {
 		t.Errorf("batch file = %q", got)
 	}
 	_, err = fsvc.Apply(ctx, "", id, []bothy.FileOp{{Op: bothy.FileOpWrite, Path: "batch/three.txt"}, {Op: bothy.FileOpRemove, Path: "nothing"}})
-	wantCode(t, err, bothy.ENOTFOUND)
+	storetest.WantCode(t, err, bothy.ENOTFOUND)
 	_, err = fsvc.Apply(ctx, "", id, nil)
-	wantCode(t, err, bothy.EINVALID)
+	storetest.WantCode(t, err, bothy.EINVALID)
 
 	revs, err := e.acme.ListRevisions(ctx, id, 0, 0)
 	if err != nil {
@@ -165,13 +166,13 @@ func testFileErrors(t *testing.T, e *env) {
 	}
 	t.Run("ErrInvalidPath", func(t *testing.T) {
 		_, err := fsvc.WriteFile(ctx, "", id, "../escape.txt", strings.NewReader("x"), bothy.WriteOptions{})
-		wantCode(t, err, bothy.EINVALIDPATH)
+		storetest.WantCode(t, err, bothy.EINVALIDPATH)
 		_, _, err = fsvc.ReadFile(ctx, "", id, "dir/../../etc/passwd", 0, -1)
-		wantCode(t, err, bothy.EINVALIDPATH)
+		storetest.WantCode(t, err, bothy.EINVALIDPATH)
 		_, err = fsvc.Stat(ctx, "", id, "../../etc")
-		wantCode(t, err, bothy.EINVALIDPATH)
+		storetest.WantCode(t, err, bothy.EINVALIDPATH)
 		_, err = fsvc.Mkdir(ctx, "", id, "a/../../b", bothy.MkdirOptions{Parents: true})
-		wantCode(t, err, bothy.EINVALIDPATH)
+		storetest.WantCode(t, err, bothy.EINVALIDPATH)
 		// Raw dot elements are refused rather than cleaned to another route.
 		e.raw(t, "GET", "/v1/computers/"+id+"/files/../../etc/passwd", e.acmeToken, nil).want(t, 400, bothy.EINVALIDPATH)
 		e.raw(t, "GET", "/v1/computers/"+id+"/files/%2e%2e/x", e.acmeToken, nil).want(t, 400, bothy.EINVALIDPATH)
@@ -181,45 +182,45 @@ func testFileErrors(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 		_, _, err = fsvc.ReadFile(ctx, "", id, "out/passwd", 0, -1)
-		wantCode(t, err, bothy.EINVALIDPATH)
+		storetest.WantCode(t, err, bothy.EINVALIDPATH)
 	})
 	t.Run("ErrTooLarge", func(t *testing.T) {
 		big := bytes.Repeat([]byte("x"), maxFile+1)
 		// Streamed (no Content-Length) and with a Content-Length.
 		_, err := fsvc.WriteFile(ctx, "", id, "big.bin", io.MultiReader(bytes.NewReader(big)), bothy.WriteOptions{})
-		wantCode(t, err, bothy.ETOOLARGE)
+		storetest.WantCode(t, err, bothy.ETOOLARGE)
 		e.raw(t, "PUT", "/v1/computers/"+id+"/files/big.bin", e.acmeToken, bytes.NewReader(big)).want(t, 413, bothy.ETOOLARGE)
 		ops := []bothy.FileOp{{Op: bothy.FileOpWrite, Path: "a", Data: big}, {Op: bothy.FileOpWrite, Path: "b", Data: big}}
 		_, err = fsvc.Apply(ctx, "", id, ops)
-		wantCode(t, err, bothy.ETOOLARGE)
+		storetest.WantCode(t, err, bothy.ETOOLARGE)
 		if _, err := fsvc.WriteFile(ctx, "", id, "max.bin", bytes.NewReader(big[:maxFile]), bothy.WriteOptions{}); err != nil {
 			t.Fatalf("a file of exactly the limit: %v", err)
 		}
 	})
 	t.Run("ErrConflict", func(t *testing.T) {
 		_, err := fsvc.WriteFile(ctx, "", id, "dir/f.txt", strings.NewReader("y"), bothy.WriteOptions{Exclusive: true})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 		e.raw(t, "PUT", "/v1/computers/"+id+"/files/dir/f.txt?exclusive=1", e.acmeToken, strings.NewReader("y")).want(t, 409, bothy.ECONFLICT)
 		if got, _ := read(t, e.acme, id, "dir/f.txt", 0, -1); got != "x" {
 			t.Errorf("exclusive write changed the file: %q", got)
 		}
 		_, _, err = fsvc.ReadFile(ctx, "", id, "dir", 0, -1)
-		wantCode(t, err, bothy.EISDIR)
+		storetest.WantCode(t, err, bothy.EISDIR)
 		e.raw(t, "GET", "/v1/computers/"+id+"/files/dir", e.acmeToken, nil).want(t, 409, bothy.EISDIR)
 		_, err = fsvc.ReadDir(ctx, "", id, "dir/f.txt", bothy.ReadDirOptions{})
-		wantCode(t, err, bothy.ENOTDIR)
+		storetest.WantCode(t, err, bothy.ENOTDIR)
 		_, err = fsvc.Remove(ctx, "", id, "dir", bothy.RemoveOptions{})
-		wantCode(t, err, bothy.ENOTEMPTY)
+		storetest.WantCode(t, err, bothy.ENOTEMPTY)
 	})
 	t.Run("ErrInvalid", func(t *testing.T) {
 		e.raw(t, "PUT", "/v1/computers/"+id+"/files/m.txt?mode=999", e.acmeToken, strings.NewReader("y")).want(t, 400, bothy.EINVALID)
 		e.raw(t, "PUT", "/v1/computers/"+id+"/files/m.txt?exclusive=maybe", e.acmeToken, strings.NewReader("y")).want(t, 400, bothy.EINVALID)
 		e.raw(t, "POST", "/v1/computers/"+id+"/fs/mkdir", e.acmeToken, strings.NewReader(`{"path":"x","mdoe":493}`)).want(t, 400, bothy.EINVALID)
 		_, err := fsvc.Grep(ctx, "", id, bothy.GrepOptions{Pattern: "("})
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		_, err = fsvc.Readlink(ctx, "", id, "dir/f.txt")
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		_, _, err = fsvc.ReadFile(ctx, "", id, "missing.txt", 0, -1)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 }

@@ -16,9 +16,7 @@ import (
 	"github.com/bothyhq/bothy/gcs/gcstest"
 	bhttp "github.com/bothyhq/bothy/http"
 	"github.com/bothyhq/bothy/localblob"
-	"github.com/bothyhq/bothy/postgres"
-	"github.com/bothyhq/bothy/postgres/pgtest"
-	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/storetest"
 	"github.com/bothyhq/bothy/workspace"
 )
 
@@ -42,26 +40,16 @@ type opener func(t *testing.T) (bothy.Store, bothy.BlobStore)
 
 func openSQLite(t *testing.T) (bothy.Store, bothy.BlobStore) {
 	t.Helper()
-	s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "bothy.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
 	b, err := localblob.Open(filepath.Join(t.TempDir(), "blobs"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, b
+	return storetest.OpenSQLite(t), b
 }
 
 func openPostgres(t *testing.T) (bothy.Store, bothy.BlobStore) {
 	t.Helper()
-	s, err := postgres.Open(t.Context(), pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s, gcstest.New(t)
+	return storetest.OpenPostgres(t), gcstest.New(t)
 }
 
 func newEnv(t *testing.T, open opener) *env {
@@ -163,13 +151,6 @@ func (r *response) want(t *testing.T, status int, code string) {
 	}
 }
 
-func wantCode(t *testing.T, err error, code string) {
-	t.Helper()
-	if got := bothy.ErrorCode(err); got != code {
-		t.Fatalf("error code = %q, want %q (err: %v)", got, code, err)
-	}
-}
-
 func mustCreate(t *testing.T, c *bhttp.Client, req bhttp.CreateComputerRequest) *bothy.Computer {
 	t.Helper()
 	cm, err := c.CreateComputer(t.Context(), req)
@@ -206,7 +187,7 @@ func testAuth(t *testing.T, e *env) {
 		e.raw(t, "GET", "/v1/computers", "bothy_not-a-token", nil).want(t, 401, bothy.EUNAUTHORIZED)
 		e.raw(t, "GET", "/v1/computers", "", nil, "Authorization", "Basic "+e.acmeToken).want(t, 401, bothy.EUNAUTHORIZED)
 		_, err := bhttp.NewClient(e.url, "bothy_bad").ListComputers(t.Context(), bothy.ComputerFilter{})
-		wantCode(t, err, bothy.EUNAUTHORIZED)
+		storetest.WantCode(t, err, bothy.EUNAUTHORIZED)
 	})
 	t.Run("ErrUnauthorizedRevoked", func(t *testing.T) {
 		tok, secret, err := e.store.CreateToken(t.Context(), "acme", "x", []string{bothy.ScopeAdmin}, time.Time{})
@@ -221,7 +202,7 @@ func testAuth(t *testing.T, e *env) {
 	})
 	t.Run("ErrForbidden", func(t *testing.T) {
 		_, err := e.ro.CreateComputer(t.Context(), bhttp.CreateComputerRequest{})
-		wantCode(t, err, bothy.EFORBIDDEN)
+		storetest.WantCode(t, err, bothy.EFORBIDDEN)
 		c := mustCreate(t, e.acme, bhttp.CreateComputerRequest{})
 		if _, err := e.acme.WriteFile(t.Context(), "", c.ID, "a.txt", strings.NewReader("a"), bothy.WriteOptions{}); err != nil {
 			t.Fatal(err)
@@ -234,9 +215,9 @@ func testAuth(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 		_, err = e.ro.WriteFile(t.Context(), "", c.ID, "b.txt", strings.NewReader("b"), bothy.WriteOptions{})
-		wantCode(t, err, bothy.EFORBIDDEN)
+		storetest.WantCode(t, err, bothy.EFORBIDDEN)
 		_, err = e.ro.DestroyComputer(t.Context(), c.ID)
-		wantCode(t, err, bothy.EFORBIDDEN)
+		storetest.WantCode(t, err, bothy.EFORBIDDEN)
 		// An admin token holds every scope.
 		admin := bhttp.NewClient(e.url, e.token(t, "acme", bothy.ScopeAdmin))
 		if _, err := admin.Mkdir(t.Context(), "", c.ID, "d", bothy.MkdirOptions{}); err != nil {
@@ -249,17 +230,17 @@ func testAuth(t *testing.T, e *env) {
 			t.Fatal(err)
 		}
 		_, err := e.other.FindComputer(t.Context(), c.ID)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.other.StopComputer(t.Context(), c.ID)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.other.DestroyComputer(t.Context(), c.ID)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.other.ListRevisions(t.Context(), c.ID, 0, 0)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, _, err = e.other.ReadFile(t.Context(), "", c.ID, "secret.txt", 0, -1)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.other.WriteFile(t.Context(), "", c.ID, "x.txt", strings.NewReader("x"), bothy.WriteOptions{})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		if cs, err := e.other.ListComputers(t.Context(), bothy.ComputerFilter{Label: "mine"}); err != nil {
 			t.Fatal(err)
 		} else if len(cs) != 0 {

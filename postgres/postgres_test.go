@@ -12,13 +12,7 @@ import (
 )
 
 func TestStore(t *testing.T) {
-	storetest.TestStore(t, func(t *testing.T) bothy.Store {
-		s, err := postgres.Open(t.Context(), pgtest.URL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
+	storetest.TestStore(t, func(t *testing.T) bothy.Store { return storetest.OpenPostgres(t) })
 }
 
 // TestOpen_Concurrent opens one empty database from several replicas at once:

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // Isolating describes an isolating provider to TestIsolating: one that
@@ -55,7 +56,7 @@ type Isolating struct {
 func Available[P bothy.Provider](t testing.TB, p P, err error) P {
 	t.Helper()
 	if err != nil {
-		Unavailable(t, "%v; run scripts/sandbox-deps as root", err)
+		testenv.Skip(t, "%v; run scripts/sandbox-deps as root", err)
 	}
 	return p
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // testCommandLimits checks a command's own limits (ExecSpec.Limits): a
@@ -40,7 +41,7 @@ func testCommandLimits(t *testing.T, newProvider func(t *testing.T) bothy.Provid
 	t.Run("Memory", func(t *testing.T) {
 		res, _, _ := Exec(t, p, h, bothy.ExecSpec{Script: AllocScript, Limits: bothy.Limits{MemoryBytes: 48 << 20}})
 		if res.ExitCode == 77 {
-			t.Skip("no perl")
+			testenv.Skip(t, "no perl")
 		}
 		if res.ExitCode == 0 || !res.OOMKilled {
 			t.Fatalf("100 MiB under a command's 48 MiB limit: %+v", res)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // NetNS creates a network namespace as the egress set-up does
@@ -21,16 +22,11 @@ import (
 // a /30 between the two sides, and a TCP listener on the host side that
 // answers "reached\n" to every connection. It returns the namespace's path
 // and the listener's address, and removes both when the test ends. It
-// needs root and ip; a test that is not root is skipped.
+// needs root and ip; without them it ends the test with testenv.Skip.
 func NetNS(t testing.TB) (path string, listener netip.AddrPort) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("creating a network namespace needs root")
-	}
-	ip, err := exec.LookPath("ip")
-	if err != nil {
-		Unavailable(t, "no ip program to create a network namespace")
-	}
+	testenv.Root(t, "creating a network namespace needs root")
+	ip := testenv.Program(t, "ip")
 	var b [4]byte
 	rand.Read(b[:])
 	id := fmt.Sprintf("%x", b)

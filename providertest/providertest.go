@@ -34,19 +34,8 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/sandbox"
+	"github.com/bothyhq/bothy/testenv"
 )
-
-// Unavailable ends a test whose provider cannot run on this host: it fails
-// when BOTHY_TEST_REQUIRE_ALL is set, as in CI, where a skipped suite is a
-// hole, and skips otherwise.
-func Unavailable(t testing.TB, format string, args ...any) {
-	t.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if os.Getenv("BOTHY_TEST_REQUIRE_ALL") != "" {
-		t.Fatalf("%s (BOTHY_TEST_REQUIRE_ALL is set, so this fails instead of skipping)", msg)
-	}
-	t.Skip(msg)
-}
 
 // ProcessLister is a Provider whose sandboxes run processes that the host
 // cannot name by their command lines: gVisor runs them on its own kernel,
@@ -278,7 +267,7 @@ func testBackground(t *testing.T, newProvider func(t *testing.T) bothy.Provider)
 perl -MIO::Socket::INET -e '$s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:%d", Listen => 5, ReuseAddr => 1) or die "listen: $!"; while ($c = $s->accept) { print $c "pong\n"; close $c }' >/dev/null 2>&1 &`, port)
 		res, _, errOut := Exec(t, p, h, bothy.ExecSpec{Script: server})
 		if res.ExitCode == 77 {
-			t.Skip("no perl to listen with")
+			testenv.Skip(t, "no perl to listen with")
 		}
 		wantExit(t, res, 0)
 		client := fmt.Sprintf(`for i in $(seq 100); do exec 3<>/dev/tcp/127.0.0.1/%d && break; sleep 0.05; done 2>/dev/null; cat <&3`, port)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // busyLoop is a perl program that spends a fixed amount of CPU time (about
@@ -36,7 +37,7 @@ func testUsage(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 		host := hostCPU(t, busyLoop)
 		res, _, errOut := Exec(t, p, h, bothy.ExecSpec{Script: BusyScript})
 		if res.ExitCode == 77 {
-			t.Skip("no perl in the sandbox")
+			testenv.Skip(t, "no perl in the sandbox")
 		}
 		wantExit(t, res, 0)
 		u := res.Usage
@@ -55,7 +56,7 @@ func testUsage(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 	t.Run("Memory", func(t *testing.T) {
 		res, _, errOut := Exec(t, p, h, bothy.ExecSpec{Script: AllocScript})
 		if res.ExitCode == 77 {
-			t.Skip("no perl")
+			testenv.Skip(t, "no perl")
 		}
 		wantExit(t, res, 0)
 		u := res.Usage
@@ -96,7 +97,7 @@ func testLeaseMeter(t *testing.T, newProvider func(t *testing.T) bothy.Provider)
 	cpu0 := usage()
 	busy, _, _ := Exec(t, p, h, bothy.ExecSpec{Script: BusyScript})
 	if busy.ExitCode == 77 {
-		t.Skip("no perl")
+		testenv.Skip(t, "no perl")
 	}
 	delta := usage() - cpu0
 	if busy.ExitCode != 0 || delta < 100_000 {
@@ -112,7 +113,7 @@ func testLeaseMeter(t *testing.T, newProvider func(t *testing.T) bothy.Provider)
 	}
 	res, _, errOut := Exec(t, p, h, bothy.ExecSpec{Script: "command -v perl >/dev/null || exit 77; (perl -e 'alarm 1; 1 while 1' &); echo started"})
 	if res.ExitCode == 77 {
-		t.Skip("no perl")
+		testenv.Skip(t, "no perl")
 	}
 	wantExit(t, res, 0)
 	time.Sleep(1500 * time.Millisecond) // the loop runs out its second
@@ -134,7 +135,7 @@ func hostCPU(t *testing.T, program string) time.Duration {
 	t.Helper()
 	cmd := exec.Command("perl", "-e", program)
 	if err := cmd.Run(); err != nil {
-		t.Skipf("no perl on the host to measure with: %v", err)
+		testenv.Skip(t, "no perl on the host to measure with: %v", err)
 	}
 	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
 }

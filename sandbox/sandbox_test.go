@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
-	"github.com/bothyhq/bothy/providertest"
 	"github.com/bothyhq/bothy/sandbox"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 func TestEnviron(t *testing.T) {
@@ -31,7 +31,7 @@ func TestEnviron(t *testing.T) {
 
 func TestInitProgram(t *testing.T) {
 	if _, err := exec.LookPath("perl"); err != nil {
-		providertest.Unavailable(t, "no perl, which the isolating providers need")
+		testenv.Skip(t, "no perl, which the isolating providers need")
 	}
 	for _, fd := range []int{0, 4} {
 		prog := sandbox.InitProgram(fd)

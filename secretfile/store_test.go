@@ -13,6 +13,7 @@ import (
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/secretfile"
 	"github.com/bothyhq/bothy/secrettest"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 func TestStore(t *testing.T) {
@@ -118,9 +119,7 @@ func TestStore_Secret(t *testing.T) {
 		}
 	})
 	t.Run("ErrOtherOwner", func(t *testing.T) {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root to chown")
-		}
+		testenv.Root(t, "needs root to chown")
 		dir := t.TempDir()
 		path := write(t, dir, "t1", "k", "topsecret", 0o600)
 		if err := os.Chown(path, 65534, 65534); err != nil {

@@ -10,13 +10,7 @@ import (
 )
 
 func TestStore(t *testing.T) {
-	storetest.TestStore(t, func(t *testing.T) bothy.Store {
-		s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "bothy.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	})
+	storetest.TestStore(t, func(t *testing.T) bothy.Store { return storetest.OpenSQLite(t) })
 }
 
 func TestOpen_Reopen(t *testing.T) {

@@ -175,7 +175,7 @@ func testCommands(t *testing.T, open opener) {
 		bad := newCommand("acme", "c1", "cmd2", "")
 		bad.Secrets = []bothy.SecretRef{{Name: "a", Env: "X"}, {Name: "b", Env: "X"}}
 		_, err := s.CreateCommand(t.Context(), bad)
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 	})
 
 	run(t, "CreateCommand/Script", func(t *testing.T) {
@@ -206,7 +206,7 @@ func testCommands(t *testing.T, open opener) {
 		}
 		checkCommand(t, again, first)
 		_, err = s.FindCommand(t.Context(), "acme", "cmd2")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		// A key is unique per computer, not per tenant.
 		mustCreateCommand(t, s, newCommand("acme", "c2", "cmd3", "k1"))
 	})
@@ -256,24 +256,24 @@ func testCommands(t *testing.T, open opener) {
 		s := leaseSetup(t, open)
 		first := mustCreateCommand(t, s, newCommand("acme", "c1", "cmd1", "k1"))
 		_, err := s.CreateCommand(t.Context(), newCommand("acme", "c1", "cmd1", "k2"))
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		_, err = s.CreateCommand(t.Context(), newCommand("acme", "c1", "cmd1", ""))
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		checkCommand(t, mustFindCommand(t, s, "acme", "cmd1"), first)
 		if err := s.SetComputerState(t.Context(), "acme", "c1", bothy.StateDestroyed); err != nil {
 			t.Fatal(err)
 		}
 		_, err = s.CreateCommand(t.Context(), newCommand("acme", "c1", "cmd2", "k2"))
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 	})
 
 	run(t, "CreateCommand/ErrNotFound", func(t *testing.T) {
 		s := leaseSetup(t, open)
 		mustCreateTenant(t, s, "other")
 		_, err := s.CreateCommand(t.Context(), newCommand("acme", "nope", "cmd1", ""))
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		_, err = s.CreateCommand(t.Context(), newCommand("other", "c1", "cmd1", ""))
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 	})
 
 	run(t, "CreateCommand/ErrInvalid", func(t *testing.T) {
@@ -300,9 +300,9 @@ func testCommands(t *testing.T, open opener) {
 		mustCreateTenant(t, s, "other")
 		mustCreateCommand(t, s, newCommand("acme", "c1", "cmd1", ""))
 		_, err := s.FindCommand(t.Context(), "acme", "nope")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		_, err = s.FindCommand(t.Context(), "other", "cmd1")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 	})
 
 	run(t, "ListCommands/Filter", func(t *testing.T) {
@@ -346,7 +346,7 @@ func testCommands(t *testing.T, open opener) {
 			}
 		}
 		_, err := s.ListCommands(t.Context(), "acme", bothy.CommandFilter{Limit: -1})
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 	})
 
 	run(t, "DispatchCommand/OK", func(t *testing.T) {
@@ -360,15 +360,15 @@ func testCommands(t *testing.T, open opener) {
 	run(t, "DispatchCommand/AtMostOnce", func(t *testing.T) {
 		s, c := journalSetup(t, open)
 		_, err := s.DispatchCommand(t.Context(), "acme", "cmd1", "l1", 1)
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		// Not after a break either: may_have_started is never dispatched.
 		mustTransition(t, s, "acme", "cmd1", []string{bothy.CommandDispatched}, bothy.CommandMayHaveStarted, bothy.CommandUpdate{})
 		_, err = s.DispatchCommand(t.Context(), "acme", "cmd1", "l1", 1)
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		// Nor to a new generation.
 		moveToGeneration2(t, s)
 		_, err = s.DispatchCommand(t.Context(), "acme", "cmd1", "l2", 2)
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		if got := mustFindCommand(t, s, "acme", "cmd1"); got.LeaseID != c.LeaseID || got.Generation != 1 {
 			t.Errorf("a refused dispatch moved the command to %s at %d", got.LeaseID, got.Generation)
 		}
@@ -408,20 +408,20 @@ func testCommands(t *testing.T, open opener) {
 		mustAcquire(t, s, newLease("acme", "c2", "l2", 1))
 		c := mustCreateCommand(t, s, newCommand("acme", "c1", "cmd1", ""))
 		_, err := s.DispatchCommand(t.Context(), "acme", "cmd1", "l1", 2)
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		_, err = s.DispatchCommand(t.Context(), "acme", "cmd1", "l2", 1) // another computer's lease
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		_, err = s.DispatchCommand(t.Context(), "acme", "cmd1", "nope", 1)
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		_, err = s.DispatchCommand(t.Context(), "acme", "nope", "l1", 1)
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		_, err = s.DispatchCommand(t.Context(), "other", "cmd1", "l1", 1)
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		if err := s.ReleaseLease(t.Context(), "acme", "l1", 1, bothy.LeaseReleased, ""); err != nil {
 			t.Fatal(err)
 		}
 		_, err = s.DispatchCommand(t.Context(), "acme", "cmd1", "l1", 1)
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		checkCommand(t, mustFindCommand(t, s, "acme", "cmd1"), c)
 	})
 
@@ -446,10 +446,10 @@ func testCommands(t *testing.T, open opener) {
 		// Terminal states never change.
 		for _, to := range commandStates {
 			_, err := s.TransitionCommand(t.Context(), "acme", "cmd1", []string{bothy.CommandCompleted}, to, bothy.CommandUpdate{Generation: 1})
-			wantCode(t, err, bothy.EINVALID)
+			WantCode(t, err, bothy.EINVALID)
 		}
 		_, err := s.TransitionCommand(t.Context(), "acme", "cmd1", []string{bothy.CommandRunning}, bothy.CommandLost, bothy.CommandUpdate{})
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 	})
 
 	run(t, "TransitionCommand/Signal", func(t *testing.T) {
@@ -491,9 +491,9 @@ func testCommands(t *testing.T, open opener) {
 		}
 		// One disallowed state among the from list refuses the whole call.
 		_, err := s.TransitionCommand(t.Context(), "acme", "cmd1", []string{bothy.CommandAdmitted, bothy.CommandCompleted}, bothy.CommandCancelled, bothy.CommandUpdate{})
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 		_, err = s.TransitionCommand(t.Context(), "acme", "cmd1", nil, bothy.CommandCancelled, bothy.CommandUpdate{})
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 		if got := mustFindCommand(t, s, "acme", "cmd1"); got.State != bothy.CommandAdmitted {
 			t.Errorf("refused transitions left state %q", got.State)
 		}
@@ -503,16 +503,16 @@ func testCommands(t *testing.T, open opener) {
 	run(t, "TransitionCommand/ErrRuntimeOnly", func(t *testing.T) {
 		s, _ := journalSetup(t, open)
 		_, err := s.TransitionCommand(t.Context(), "acme", "cmd1", []string{bothy.CommandDispatched}, bothy.CommandRunning, bothy.CommandUpdate{})
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 		mustTransition(t, s, "acme", "cmd1", []string{bothy.CommandDispatched}, bothy.CommandMayHaveStarted, bothy.CommandUpdate{})
 		_, err = s.TransitionCommand(t.Context(), "acme", "cmd1", []string{bothy.CommandMayHaveStarted}, bothy.CommandAdmitted, bothy.CommandUpdate{})
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 	})
 
 	run(t, "TransitionCommand/ErrStaleGeneration", func(t *testing.T) {
 		s, c := journalSetup(t, open)
 		_, err := s.TransitionCommand(t.Context(), "acme", "cmd1", []string{bothy.CommandDispatched}, bothy.CommandRunning, bothy.CommandUpdate{Generation: 2})
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		mustTransition(t, s, "acme", "cmd1", []string{bothy.CommandDispatched}, bothy.CommandRunning, bothy.CommandUpdate{Generation: 1})
 		c = mustFindCommand(t, s, "acme", "cmd1")
 		// Released: its runtime can no longer finish the command, though the
@@ -521,11 +521,11 @@ func testCommands(t *testing.T, open opener) {
 			t.Fatal(err)
 		}
 		_, err = s.TransitionCommand(t.Context(), "acme", "cmd1", []string{bothy.CommandRunning}, bothy.CommandCompleted, bothy.CommandUpdate{Generation: 1})
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		mustAcquire(t, s, newLease("acme", "c1", "l2", 2))
 		for _, gen := range []int64{1, 2} {
 			_, err = s.TransitionCommand(t.Context(), "acme", "cmd1", []string{bothy.CommandRunning}, bothy.CommandCompleted, bothy.CommandUpdate{Generation: gen})
-			wantCode(t, err, bothy.ECONFLICT)
+			WantCode(t, err, bothy.ECONFLICT)
 		}
 		checkCommand(t, mustFindCommand(t, s, "acme", "cmd1"), c)
 		// The control plane decides without a generation.
@@ -540,7 +540,7 @@ func testCommands(t *testing.T, open opener) {
 		mustTransition(t, s, "acme", "cmd1", []string{bothy.CommandDispatched}, bothy.CommandMayHaveStarted, bothy.CommandUpdate{})
 		// Only the generation it was dispatched to may say it never saw it.
 		_, err := s.TransitionCommand(t.Context(), "acme", "cmd1", []string{bothy.CommandMayHaveStarted}, bothy.CommandAdmitted, bothy.CommandUpdate{Generation: 2})
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		c := mustTransition(t, s, "acme", "cmd1", []string{bothy.CommandMayHaveStarted}, bothy.CommandAdmitted, bothy.CommandUpdate{Generation: 1})
 		if c.State != bothy.CommandAdmitted || c.LeaseID != "" || c.Generation != 0 || !c.DispatchedAt.IsZero() {
 			t.Errorf("re-admitted command = %+v", c)
@@ -551,7 +551,7 @@ func testCommands(t *testing.T, open opener) {
 			t.Fatal(err)
 		}
 		_, err = s.DispatchCommand(t.Context(), "acme", "cmd1", "l2", 2)
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 	})
 
 	run(t, "TransitionCommand/ConcurrentFinish", func(t *testing.T) {
@@ -588,8 +588,8 @@ func testCommands(t *testing.T, open opener) {
 		s, _ := journalSetup(t, open)
 		mustCreateTenant(t, s, "other")
 		_, err := s.TransitionCommand(t.Context(), "acme", "nope", []string{bothy.CommandAdmitted}, bothy.CommandCancelled, bothy.CommandUpdate{})
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		_, err = s.TransitionCommand(t.Context(), "other", "cmd1", []string{bothy.CommandDispatched}, bothy.CommandFailed, bothy.CommandUpdate{})
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 	})
 }

@@ -32,7 +32,7 @@ func testCommitLease(t *testing.T, open opener) {
 		req := commitReq("acme", "c1", 1, 0)
 		req.LeaseID = l.ID
 		_, err := s.CommitRevision(t.Context(), req)
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		checkUnchanged(t, s, before, 0)
 	})
 	run(t, "CommitRevision/Lease/ErrStaleGeneration", func(t *testing.T) {
@@ -47,12 +47,12 @@ func testCommitLease(t *testing.T, open opener) {
 		req := commitReq("acme", "c1", 1, 0)
 		req.LeaseID = l1.ID
 		_, err := s.CommitRevision(t.Context(), req)
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		// Naming the new generation with the old lease is refused too.
 		req = commitReq("acme", "c1", 2, 0)
 		req.LeaseID = l1.ID
 		_, err = s.CommitRevision(t.Context(), req)
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		checkUnchanged(t, s, before, 0)
 	})
 	run(t, "CommitRevision/Lease/ErrAPIWhileRunning", func(t *testing.T) {
@@ -60,7 +60,7 @@ func testCommitLease(t *testing.T, open opener) {
 		mustAcquire(t, s, newLease("acme", "c1", "l1", 1))
 		before := mustFindComputer(t, s, "acme", "c1")
 		_, err := s.CommitRevision(t.Context(), commitReq("acme", "c1", 1, 0))
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		checkUnchanged(t, s, before, 0)
 	})
 }

@@ -59,7 +59,7 @@ func testComputers(t *testing.T, open opener) {
 		}
 		err := s.CreateComputer(t.Context(), &bothy.Computer{ID: "c3", TenantID: "acme", Profile: "standard",
 			Egress: bothy.EgressPolicy{Mode: bothy.EgressAllowlist}})
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 	})
 
 	run(t, "AddComputerUsage", func(t *testing.T) {
@@ -76,8 +76,8 @@ func testComputers(t *testing.T, open opener) {
 		if got := mustFindComputer(t, s, "acme", "c1").Usage; got != want {
 			t.Errorf("usage %+v, want %+v", got, want)
 		}
-		wantCode(t, s.AddComputerUsage(t.Context(), "acme", "nope", bothy.Usage{CPUMicros: 1}), bothy.ENOTFOUND)
-		wantCode(t, s.AddComputerUsage(t.Context(), "other", "c1", bothy.Usage{CPUMicros: 1}), bothy.ENOTFOUND)
+		WantCode(t, s.AddComputerUsage(t.Context(), "acme", "nope", bothy.Usage{CPUMicros: 1}), bothy.ENOTFOUND)
+		WantCode(t, s.AddComputerUsage(t.Context(), "other", "c1", bothy.Usage{CPUMicros: 1}), bothy.ENOTFOUND)
 	})
 
 	run(t, "CreateComputer/ErrConflict", func(t *testing.T) {
@@ -85,7 +85,7 @@ func testComputers(t *testing.T, open opener) {
 		mustCreateTenant(t, s, "acme")
 		c := mustCreateComputer(t, s, "acme", &bothy.Computer{ID: "c1", Label: "first"})
 		err := s.CreateComputer(t.Context(), &bothy.Computer{ID: "c1", TenantID: "acme", Profile: "strong", Label: "second"})
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		checkComputer(t, mustFindComputer(t, s, "acme", "c1"), c)
 	})
 
@@ -117,14 +117,14 @@ func testComputers(t *testing.T, open opener) {
 	run(t, "CreateComputer/ErrTenantNotFound", func(t *testing.T) {
 		s := open(t)
 		err := s.CreateComputer(t.Context(), &bothy.Computer{ID: "c1", TenantID: "nobody", Profile: "standard"})
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 	})
 
 	run(t, "FindComputer/ErrNotFound", func(t *testing.T) {
 		s := open(t)
 		mustCreateTenant(t, s, "acme")
 		_, err := s.FindComputer(t.Context(), "acme", "nope")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 	})
 
 	run(t, "FindComputer/ErrOtherTenant", func(t *testing.T) {
@@ -133,7 +133,7 @@ func testComputers(t *testing.T, open opener) {
 		mustCreateTenant(t, s, "b")
 		mustCreateComputer(t, s, "a", &bothy.Computer{ID: "c1"})
 		_, err := s.FindComputer(t.Context(), "b", "c1")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 	})
 
 	run(t, "ListComputers/Order", func(t *testing.T) {
@@ -220,7 +220,7 @@ func testComputers(t *testing.T, open opener) {
 			}
 		}
 		_, err := s.ListComputers(t.Context(), "acme", bothy.ComputerFilter{Offset: -1})
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 	})
 
 	run(t, "ListComputers/DefaultLimit", func(t *testing.T) {
@@ -283,8 +283,8 @@ func testComputers(t *testing.T, open opener) {
 		mustCreateTenant(t, s, "a")
 		mustCreateTenant(t, s, "b")
 		mustCreateComputer(t, s, "a", &bothy.Computer{ID: "c1"})
-		wantCode(t, s.SetComputerState(t.Context(), "a", "nope", bothy.StateActive), bothy.ENOTFOUND)
-		wantCode(t, s.SetComputerState(t.Context(), "b", "c1", bothy.StateActive), bothy.ENOTFOUND)
+		WantCode(t, s.SetComputerState(t.Context(), "a", "nope", bothy.StateActive), bothy.ENOTFOUND)
+		WantCode(t, s.SetComputerState(t.Context(), "b", "c1", bothy.StateActive), bothy.ENOTFOUND)
 		if got := mustFindComputer(t, s, "a", "c1"); got.State != bothy.StateCold {
 			t.Errorf("another tenant changed the state to %q", got.State)
 		}
@@ -294,6 +294,6 @@ func testComputers(t *testing.T, open opener) {
 		s := open(t)
 		mustCreateTenant(t, s, "acme")
 		mustCreateComputer(t, s, "acme", &bothy.Computer{ID: "c1"})
-		wantCode(t, s.SetComputerState(t.Context(), "acme", "c1", "sleeping"), bothy.EINVALID)
+		WantCode(t, s.SetComputerState(t.Context(), "acme", "c1", "sleeping"), bothy.EINVALID)
 	})
 }

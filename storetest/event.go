@@ -147,9 +147,9 @@ func testEvents(t *testing.T, open opener) {
 	run(t, "AppendEvents/ErrGap", func(t *testing.T) {
 		s, _ := journalSetup(t, open)
 		mustAppend(t, s, "cmd1", 1, outs(1, 3))
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, outs(5, 6)), bothy.EINVALID)
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, []bothy.Event{out(4, "a"), out(6, "b")}), bothy.EINVALID)
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, []bothy.Event{out(0, "a"), out(5, "b")}), bothy.EINVALID)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, outs(5, 6)), bothy.EINVALID)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, []bothy.Event{out(4, "a"), out(6, "b")}), bothy.EINVALID)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, []bothy.Event{out(0, "a"), out(5, "b")}), bothy.EINVALID)
 		checkJournal(t, s, "cmd1", outs(1, 3))
 	})
 
@@ -182,25 +182,25 @@ func testEvents(t *testing.T, open opener) {
 			}
 		}
 		big := []bothy.Event{{Kind: bothy.EventStdout, Data: make([]byte, bothy.MaxEventData+1)}}
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, big), bothy.ETOOLARGE)
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", -1, outs(1, 1)), bothy.EINVALID)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, big), bothy.ETOOLARGE)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", -1, outs(1, 1)), bothy.EINVALID)
 		checkJournal(t, s, "cmd1", nil)
 	})
 
 	run(t, "AppendEvents/ErrStaleGeneration", func(t *testing.T) {
 		s, _ := journalSetup(t, open)
 		mustAppend(t, s, "cmd1", 1, outs(1, 2))
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 2, outs(3, 3)), bothy.ECONFLICT)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 2, outs(3, 3)), bothy.ECONFLICT)
 		// Released, then the computer moves on: generation 1 may not write,
 		// not even a re-send, and generation 2 did not run this command.
 		if err := s.ReleaseLease(t.Context(), "acme", "l1", 1, bothy.LeaseLost, ""); err != nil {
 			t.Fatal(err)
 		}
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, outs(3, 3)), bothy.ECONFLICT)
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, outs(1, 2)), bothy.ECONFLICT)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, outs(3, 3)), bothy.ECONFLICT)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, outs(1, 2)), bothy.ECONFLICT)
 		mustAcquire(t, s, newLease("acme", "c1", "l2", 2))
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, outs(3, 3)), bothy.ECONFLICT)
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 2, outs(3, 3)), bothy.ECONFLICT)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, outs(3, 3)), bothy.ECONFLICT)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 2, outs(3, 3)), bothy.ECONFLICT)
 		checkJournal(t, s, "cmd1", outs(1, 2))
 		// The control plane records what happened, unfenced.
 		lost := []bothy.Event{{Kind: bothy.EventState, Fields: `{"state":"lost"}`}}
@@ -211,7 +211,7 @@ func testEvents(t *testing.T, open opener) {
 	run(t, "AppendEvents/ErrNotDispatched", func(t *testing.T) {
 		s, _ := journalSetup(t, open)
 		mustCreateCommand(t, s, newCommand("acme", "c1", "cmd2", ""))
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd2", 1, outs(1, 1)), bothy.ECONFLICT)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd2", 1, outs(1, 1)), bothy.ECONFLICT)
 		checkJournal(t, s, "cmd2", nil)
 	})
 
@@ -221,7 +221,7 @@ func testEvents(t *testing.T, open opener) {
 		mustAppend(t, s, "cmd1", 1, outs(1, 2))
 		mustTransition(t, s, "acme", "cmd1", []string{bothy.CommandRunning}, bothy.CommandCompleted, bothy.CommandUpdate{Generation: 1})
 		mustAppend(t, s, "cmd1", 1, outs(1, 2)) // a late re-send is still a no-op
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, outs(3, 3)), bothy.ECONFLICT)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "cmd1", 1, outs(3, 3)), bothy.ECONFLICT)
 		checkJournal(t, s, "cmd1", outs(1, 2))
 	})
 
@@ -240,9 +240,9 @@ func testEvents(t *testing.T, open opener) {
 	run(t, "AppendEvents/ErrNotFound", func(t *testing.T) {
 		s, _ := journalSetup(t, open)
 		mustCreateTenant(t, s, "other")
-		wantCode(t, s.AppendEvents(t.Context(), "acme", "nope", 1, outs(1, 1)), bothy.ENOTFOUND)
-		wantCode(t, s.AppendEvents(t.Context(), "other", "cmd1", 1, outs(1, 1)), bothy.ENOTFOUND)
-		wantCode(t, s.AppendEvents(t.Context(), "other", "cmd1", 0, outs(1, 1)), bothy.ENOTFOUND)
+		WantCode(t, s.AppendEvents(t.Context(), "acme", "nope", 1, outs(1, 1)), bothy.ENOTFOUND)
+		WantCode(t, s.AppendEvents(t.Context(), "other", "cmd1", 1, outs(1, 1)), bothy.ENOTFOUND)
+		WantCode(t, s.AppendEvents(t.Context(), "other", "cmd1", 0, outs(1, 1)), bothy.ENOTFOUND)
 		checkJournal(t, s, "cmd1", nil)
 	})
 
@@ -269,9 +269,9 @@ func testEvents(t *testing.T, open opener) {
 			}
 		}
 		_, err := s.ListEvents(t.Context(), "acme", "cmd1", -1, 0)
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 		_, err = s.ListEvents(t.Context(), "acme", "cmd1", 0, -1)
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 		if evs, err := s.ListEvents(t.Context(), "other", "cmd1", 0, 0); err != nil || len(evs) != 0 {
 			t.Errorf("another tenant listed %d events (err %v)", len(evs), err)
 		}

@@ -106,7 +106,7 @@ func testLeases(t *testing.T, open opener) {
 			// but the next one is refused.
 			for _, wrong := range []int64{gen - 1, gen + 1} {
 				if wrong >= 1 {
-					wantCode(t, s.AcquireLease(t.Context(), newLease("acme", "c1", "x", wrong)), bothy.ECONFLICT)
+					WantCode(t, s.AcquireLease(t.Context(), newLease("acme", "c1", "x", wrong)), bothy.ECONFLICT)
 				}
 			}
 			mustAcquire(t, s, newLease("acme", "c1", id, gen))
@@ -127,7 +127,7 @@ func testLeases(t *testing.T, open opener) {
 		l := mustAcquire(t, s, newLease("acme", "c1", "l1", 1))
 		before := mustFindComputer(t, s, "acme", "c1")
 		for _, gen := range []int64{1, 2} {
-			wantCode(t, s.AcquireLease(t.Context(), newLease("acme", "c1", "l2", gen)), bothy.ECONFLICT)
+			WantCode(t, s.AcquireLease(t.Context(), newLease("acme", "c1", "l2", gen)), bothy.ECONFLICT)
 		}
 		checkComputer(t, mustFindComputer(t, s, "acme", "c1"), before)
 		active, err := s.ActiveLease(t.Context(), "acme", "c1")
@@ -136,7 +136,7 @@ func testLeases(t *testing.T, open opener) {
 		}
 		checkLease(t, active, l)
 		_, err = s.FindLease(t.Context(), "acme", "l2")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 	})
 
 	run(t, "AcquireLease/ErrDuplicateID", func(t *testing.T) {
@@ -144,7 +144,7 @@ func testLeases(t *testing.T, open opener) {
 		mustCreateComputer(t, s, "acme", &bothy.Computer{ID: "c2"})
 		mustAcquire(t, s, newLease("acme", "c1", "l1", 1))
 		before := mustFindComputer(t, s, "acme", "c2")
-		wantCode(t, s.AcquireLease(t.Context(), newLease("acme", "c2", "l1", 1)), bothy.ECONFLICT)
+		WantCode(t, s.AcquireLease(t.Context(), newLease("acme", "c2", "l1", 1)), bothy.ECONFLICT)
 		// The generation move of c2 rolled back with the insert.
 		checkComputer(t, mustFindComputer(t, s, "acme", "c2"), before)
 	})
@@ -154,7 +154,7 @@ func testLeases(t *testing.T, open opener) {
 		if err := s.SetComputerState(t.Context(), "acme", "c1", bothy.StateDestroyed); err != nil {
 			t.Fatal(err)
 		}
-		wantCode(t, s.AcquireLease(t.Context(), newLease("acme", "c1", "l1", 1)), bothy.ECONFLICT)
+		WantCode(t, s.AcquireLease(t.Context(), newLease("acme", "c1", "l1", 1)), bothy.ECONFLICT)
 		if c := mustFindComputer(t, s, "acme", "c1"); c.Generation != 0 || c.State != bothy.StateDestroyed {
 			t.Errorf("destroyed computer moved to generation %d state %q", c.Generation, c.State)
 		}
@@ -163,8 +163,8 @@ func testLeases(t *testing.T, open opener) {
 	run(t, "AcquireLease/ErrNotFound", func(t *testing.T) {
 		s := leaseSetup(t, open)
 		mustCreateTenant(t, s, "other")
-		wantCode(t, s.AcquireLease(t.Context(), newLease("acme", "nope", "l1", 1)), bothy.ENOTFOUND)
-		wantCode(t, s.AcquireLease(t.Context(), newLease("other", "c1", "l1", 1)), bothy.ENOTFOUND)
+		WantCode(t, s.AcquireLease(t.Context(), newLease("acme", "nope", "l1", 1)), bothy.ENOTFOUND)
+		WantCode(t, s.AcquireLease(t.Context(), newLease("other", "c1", "l1", 1)), bothy.ENOTFOUND)
 		if c := mustFindComputer(t, s, "acme", "c1"); c.Generation != 0 {
 			t.Errorf("another tenant moved the generation to %d", c.Generation)
 		}
@@ -250,18 +250,18 @@ func testLeases(t *testing.T, open opener) {
 		mustCreateTenant(t, s, "other")
 		mustAcquire(t, s, newLease("acme", "c1", "l1", 1))
 		exp := time.Now().Add(time.Hour)
-		wantCode(t, s.HeartbeatLease(t.Context(), "acme", "l1", 2, exp), bothy.ECONFLICT)
-		wantCode(t, s.HeartbeatLease(t.Context(), "acme", "l1", 0, exp), bothy.ECONFLICT)
-		wantCode(t, s.HeartbeatLease(t.Context(), "acme", "nope", 1, exp), bothy.ENOTFOUND)
-		wantCode(t, s.HeartbeatLease(t.Context(), "other", "l1", 1, exp), bothy.ENOTFOUND)
-		wantCode(t, s.HeartbeatLease(t.Context(), "acme", "l1", 1, time.Time{}), bothy.EINVALID)
+		WantCode(t, s.HeartbeatLease(t.Context(), "acme", "l1", 2, exp), bothy.ECONFLICT)
+		WantCode(t, s.HeartbeatLease(t.Context(), "acme", "l1", 0, exp), bothy.ECONFLICT)
+		WantCode(t, s.HeartbeatLease(t.Context(), "acme", "nope", 1, exp), bothy.ENOTFOUND)
+		WantCode(t, s.HeartbeatLease(t.Context(), "other", "l1", 1, exp), bothy.ENOTFOUND)
+		WantCode(t, s.HeartbeatLease(t.Context(), "acme", "l1", 1, time.Time{}), bothy.EINVALID)
 		if got := mustFindLease(t, s, "acme", "l1"); !got.HeartbeatAt.IsZero() {
 			t.Errorf("a refused heartbeat set HeartbeatAt %v", got.HeartbeatAt)
 		}
 		if err := s.ReleaseLease(t.Context(), "acme", "l1", 1, bothy.LeaseReleased, ""); err != nil {
 			t.Fatal(err)
 		}
-		wantCode(t, s.HeartbeatLease(t.Context(), "acme", "l1", 1, exp), bothy.ECONFLICT)
+		WantCode(t, s.HeartbeatLease(t.Context(), "acme", "l1", 1, exp), bothy.ECONFLICT)
 	})
 
 	run(t, "ReleaseLease/OK", func(t *testing.T) {
@@ -278,7 +278,7 @@ func testLeases(t *testing.T, open opener) {
 		l.ReleasedAt, l.Disposition, l.Residue = got.ReleasedAt, bothy.LeaseQuarantined, residue
 		checkLease(t, got, l)
 		_, err := s.ActiveLease(t.Context(), "acme", "c1")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		if c := mustFindComputer(t, s, "acme", "c1"); c.State != bothy.StateCold || c.Generation != 1 {
 			t.Errorf("computer state %q generation %d after release, want cold 1", c.State, c.Generation)
 		}
@@ -302,18 +302,18 @@ func testLeases(t *testing.T, open opener) {
 		s := leaseSetup(t, open)
 		mustCreateTenant(t, s, "other")
 		mustAcquire(t, s, newLease("acme", "c1", "l1", 1))
-		wantCode(t, s.ReleaseLease(t.Context(), "acme", "l1", 2, bothy.LeaseReleased, ""), bothy.ECONFLICT)
-		wantCode(t, s.ReleaseLease(t.Context(), "acme", "l1", 1, "gone", ""), bothy.EINVALID)
-		wantCode(t, s.ReleaseLease(t.Context(), "acme", "l1", 1, bothy.LeaseReleased, "{not json"), bothy.EINVALID)
-		wantCode(t, s.ReleaseLease(t.Context(), "acme", "nope", 1, bothy.LeaseReleased, ""), bothy.ENOTFOUND)
-		wantCode(t, s.ReleaseLease(t.Context(), "other", "l1", 1, bothy.LeaseReleased, ""), bothy.ENOTFOUND)
+		WantCode(t, s.ReleaseLease(t.Context(), "acme", "l1", 2, bothy.LeaseReleased, ""), bothy.ECONFLICT)
+		WantCode(t, s.ReleaseLease(t.Context(), "acme", "l1", 1, "gone", ""), bothy.EINVALID)
+		WantCode(t, s.ReleaseLease(t.Context(), "acme", "l1", 1, bothy.LeaseReleased, "{not json"), bothy.EINVALID)
+		WantCode(t, s.ReleaseLease(t.Context(), "acme", "nope", 1, bothy.LeaseReleased, ""), bothy.ENOTFOUND)
+		WantCode(t, s.ReleaseLease(t.Context(), "other", "l1", 1, bothy.LeaseReleased, ""), bothy.ENOTFOUND)
 		if _, err := s.ActiveLease(t.Context(), "acme", "c1"); err != nil {
 			t.Fatalf("a refused release released the lease: %v", err)
 		}
 		if err := s.ReleaseLease(t.Context(), "acme", "l1", 1, bothy.LeaseLost, ""); err != nil {
 			t.Fatal(err)
 		}
-		wantCode(t, s.ReleaseLease(t.Context(), "acme", "l1", 1, bothy.LeaseReleased, ""), bothy.ECONFLICT)
+		WantCode(t, s.ReleaseLease(t.Context(), "acme", "l1", 1, bothy.LeaseReleased, ""), bothy.ECONFLICT)
 		if got := mustFindLease(t, s, "acme", "l1"); got.Disposition != bothy.LeaseLost {
 			t.Errorf("a second release changed the disposition to %q", got.Disposition)
 		}
@@ -324,11 +324,11 @@ func testLeases(t *testing.T, open opener) {
 		mustCreateTenant(t, s, "other")
 		mustAcquire(t, s, newLease("acme", "c1", "l1", 1))
 		_, err := s.FindLease(t.Context(), "acme", "nope")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		_, err = s.FindLease(t.Context(), "other", "l1")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		_, err = s.ActiveLease(t.Context(), "other", "c1")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 	})
 
 	run(t, "ListExpiredLeases/OK", func(t *testing.T) {
@@ -372,6 +372,6 @@ func testLeases(t *testing.T, open opener) {
 			t.Errorf("ListExpiredLeases(limit 1) = %q, want %q", got, want)
 		}
 		_, err := s.ListExpiredLeases(t.Context(), t0, -1)
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 	})
 }

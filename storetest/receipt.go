@@ -81,9 +81,9 @@ func testReceipts(t *testing.T, open opener) {
 		mustCreateTenant(t, s, "acme")
 		first := mustCreateReceipt(t, s, newReceipt("acme", "r1", bothy.ReceiptCommand, "cmd1"))
 		// One receipt per subject, whatever its id.
-		wantCode(t, s.CreateReceipt(t.Context(), newReceipt("acme", "r2", bothy.ReceiptCommand, "cmd1")), bothy.ECONFLICT)
+		WantCode(t, s.CreateReceipt(t.Context(), newReceipt("acme", "r2", bothy.ReceiptCommand, "cmd1")), bothy.ECONFLICT)
 		// One receipt per id.
-		wantCode(t, s.CreateReceipt(t.Context(), newReceipt("acme", "r1", bothy.ReceiptLease, "l1")), bothy.ECONFLICT)
+		WantCode(t, s.CreateReceipt(t.Context(), newReceipt("acme", "r1", bothy.ReceiptLease, "l1")), bothy.ECONFLICT)
 		got, err := s.FindReceipt(t.Context(), "acme", bothy.ReceiptCommand, "cmd1")
 		if err != nil {
 			t.Fatal(err)
@@ -118,11 +118,11 @@ func testReceipts(t *testing.T, open opener) {
 		mustCreateTenant(t, s, "other")
 		mustCreateReceipt(t, s, newReceipt("acme", "r1", bothy.ReceiptCommand, "cmd1"))
 		_, err := s.FindReceipt(t.Context(), "acme", bothy.ReceiptCommand, "cmd2")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		_, err = s.FindReceipt(t.Context(), "acme", bothy.ReceiptLease, "cmd1")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		_, err = s.FindReceipt(t.Context(), "other", bothy.ReceiptCommand, "cmd1")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 	})
 
 	run(t, "ListReceipts/OK", func(t *testing.T) {
@@ -155,7 +155,7 @@ func testReceipts(t *testing.T, open opener) {
 			t.Errorf("ListReceipts(nobody) = %v, %v; want empty", receiptIDs(none), err)
 		}
 		_, err = s.ListReceipts(t.Context(), "acme", bothy.ReceiptFilter{Limit: -1})
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 	})
 
 	run(t, "WorkJobID/OK", func(t *testing.T) {
@@ -171,7 +171,7 @@ func testReceipts(t *testing.T, open opener) {
 		}
 		checkCommand(t, mustFindCommand(t, s, "acme", "cmd1"), cmd)
 		long := &bothy.Computer{ID: "c2", TenantID: "acme", Profile: "standard", WorkJobID: string(make([]byte, bothy.MaxWorkJobIDLen+1))}
-		wantCode(t, s.CreateComputer(t.Context(), long), bothy.EINVALID)
+		WantCode(t, s.CreateComputer(t.Context(), long), bothy.EINVALID)
 	})
 
 	run(t, "Revisions/BeforeAndAfter", func(t *testing.T) {

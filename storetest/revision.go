@@ -89,7 +89,7 @@ func testRevisions(t *testing.T, open opener) {
 		before := mustFindComputer(t, s, "acme", "c1")
 		for _, base := range []int64{0, 2, 7} {
 			_, err := s.CommitRevision(t.Context(), commitReq("acme", "c1", 0, base, "loser"))
-			wantCode(t, err, bothy.ECONFLICT)
+			WantCode(t, err, bothy.ECONFLICT)
 		}
 		checkUnchanged(t, s, before, 1)
 		if got := referenced(t, s, "acme"); !reflect.DeepEqual(got, []string{"p1"}) {
@@ -103,7 +103,7 @@ func testRevisions(t *testing.T, open opener) {
 		before := mustCreateComputer(t, s, "acme", &bothy.Computer{ID: "c1", Generation: 2})
 		for _, gen := range []int64{0, 1, 3} {
 			_, err := s.CommitRevision(t.Context(), commitReq("acme", "c1", gen, 0, "loser"))
-			wantCode(t, err, bothy.ECONFLICT)
+			WantCode(t, err, bothy.ECONFLICT)
 		}
 		checkUnchanged(t, s, before, 0)
 		rev := mustCommit(t, s, commitReq("acme", "c1", 2, 0))
@@ -116,7 +116,7 @@ func testRevisions(t *testing.T, open opener) {
 		s := open(t)
 		mustCreateTenant(t, s, "acme")
 		_, err := s.CommitRevision(t.Context(), commitReq("acme", "nope", 0, 0, "p1"))
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		if got := referenced(t, s, "acme"); len(got) != 0 {
 			t.Errorf("ReferencedPacks = %q, want none", got)
 		}
@@ -128,7 +128,7 @@ func testRevisions(t *testing.T, open opener) {
 		mustCreateTenant(t, s, "b")
 		before := mustCreateComputer(t, s, "a", &bothy.Computer{ID: "c1"})
 		_, err := s.CommitRevision(t.Context(), commitReq("b", "c1", 0, 0, "p1"))
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 		checkUnchanged(t, s, before, 0)
 		if got := referenced(t, s, "b"); len(got) != 0 {
 			t.Errorf("ReferencedPacks(b) = %q, want none", got)
@@ -145,7 +145,7 @@ func testRevisions(t *testing.T, open opener) {
 		badID := commitReq("acme", "c/1", 0, 0)
 		for _, r := range []*bothy.CommitRequest{noRoot, negative, badID} {
 			_, err := s.CommitRevision(t.Context(), r)
-			wantCode(t, err, bothy.EINVALID)
+			WantCode(t, err, bothy.EINVALID)
 		}
 		checkUnchanged(t, s, before, 0)
 	})
@@ -278,7 +278,7 @@ func testRevisions(t *testing.T, open opener) {
 			}
 		}
 		_, err := s.ListRevisions(t.Context(), "acme", "c1", -1, 0)
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 	})
 
 	run(t, "ListRevisions/OtherTenant", func(t *testing.T) {

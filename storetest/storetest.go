@@ -2,14 +2,11 @@
 // implementation runs it from its own tests:
 //
 //	func TestStore(t *testing.T) {
-//		storetest.TestStore(t, func(t *testing.T) bothy.Store {
-//			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "bothy.db"))
-//			if err != nil {
-//				t.Fatal(err)
-//			}
-//			return s
-//		})
+//		storetest.TestStore(t, func(t *testing.T) bothy.Store { return storetest.OpenSQLite(t) })
 //	}
+//
+// Tests of other packages that need a store get one from OpenSQLite and
+// OpenPostgres, or run on every engine with Each.
 package storetest
 
 import (
@@ -111,8 +108,9 @@ func mustCommit(t *testing.T, s bothy.Store, r *bothy.CommitRequest) *bothy.Revi
 	return rev
 }
 
-// wantCode fails the test unless err carries the domain error code.
-func wantCode(t *testing.T, err error, code string) {
+// WantCode fails the test unless err carries the domain error code
+// (bothy.ErrorCode), for the tests of any layer that returns domain errors.
+func WantCode(t testing.TB, err error, code string) {
 	t.Helper()
 	if got := bothy.ErrorCode(err); got != code {
 		t.Fatalf("error code = %q, want %q (err: %v)", got, code, err)

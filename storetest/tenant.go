@@ -50,7 +50,7 @@ func testTenants(t *testing.T, open opener) {
 		s := open(t)
 		mustCreateTenant(t, s, "acme")
 		err := s.CreateTenant(t.Context(), &bothy.Tenant{ID: "acme", Name: "Other", HashKey: hashKey("other")})
-		wantCode(t, err, bothy.ECONFLICT)
+		WantCode(t, err, bothy.ECONFLICT)
 		got, err := s.FindTenant(t.Context(), "acme")
 		if err != nil {
 			t.Fatal(err)
@@ -61,9 +61,9 @@ func testTenants(t *testing.T, open opener) {
 
 	run(t, "CreateTenant/ErrInvalid", func(t *testing.T) {
 		s := open(t)
-		wantCode(t, s.CreateTenant(t.Context(), &bothy.Tenant{ID: "", HashKey: hashKey("x")}), bothy.EINVALID)
-		wantCode(t, s.CreateTenant(t.Context(), &bothy.Tenant{ID: "a b", HashKey: hashKey("x")}), bothy.EINVALID)
-		wantCode(t, s.CreateTenant(t.Context(), &bothy.Tenant{ID: "acme", HashKey: []byte("short")}), bothy.EINVALID)
+		WantCode(t, s.CreateTenant(t.Context(), &bothy.Tenant{ID: "", HashKey: hashKey("x")}), bothy.EINVALID)
+		WantCode(t, s.CreateTenant(t.Context(), &bothy.Tenant{ID: "a b", HashKey: hashKey("x")}), bothy.EINVALID)
+		WantCode(t, s.CreateTenant(t.Context(), &bothy.Tenant{ID: "acme", HashKey: []byte("short")}), bothy.EINVALID)
 		if ts, err := s.ListTenants(t.Context()); err != nil {
 			t.Fatal(err)
 		} else if len(ts) != 0 {
@@ -75,7 +75,7 @@ func testTenants(t *testing.T, open opener) {
 		s := open(t)
 		mustCreateTenant(t, s, "acme")
 		_, err := s.FindTenant(t.Context(), "nobody")
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 	})
 
 	run(t, "ListTenants/OK", func(t *testing.T) {

@@ -52,7 +52,7 @@ func testTokens(t *testing.T, open opener) {
 		last := secret[len(secret)-1]
 		other := secret[:len(secret)-1] + map[bool]string{true: "A", false: "B"}[last != 'A']
 		_, err = s.ResolveToken(t.Context(), other)
-		wantCode(t, err, bothy.EUNAUTHORIZED)
+		WantCode(t, err, bothy.EUNAUTHORIZED)
 		if bothy.TokenDigest(secret) == secret || len(bothy.TokenDigest(secret)) != 64 {
 			t.Errorf("TokenDigest = %q, want 64 hex digits", bothy.TokenDigest(secret))
 		}
@@ -62,17 +62,17 @@ func testTokens(t *testing.T, open opener) {
 		s := open(t)
 		mustCreateTenant(t, s, "acme")
 		_, _, err := s.CreateToken(t.Context(), "acme", "alice", nil, time.Time{})
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 		_, _, err = s.CreateToken(t.Context(), "acme", "alice", []string{"root"}, time.Time{})
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 		_, _, err = s.CreateToken(t.Context(), "a b", "alice", []string{bothy.ScopeAdmin}, time.Time{})
-		wantCode(t, err, bothy.EINVALID)
+		WantCode(t, err, bothy.EINVALID)
 	})
 
 	run(t, "CreateToken/ErrNotFound", func(t *testing.T) {
 		s := open(t)
 		_, _, err := s.CreateToken(t.Context(), "nobody", "alice", []string{bothy.ScopeAdmin}, time.Time{})
-		wantCode(t, err, bothy.ENOTFOUND)
+		WantCode(t, err, bothy.ENOTFOUND)
 	})
 
 	run(t, "ResolveToken/ErrUnauthorized", func(t *testing.T) {
@@ -80,7 +80,7 @@ func testTokens(t *testing.T, open opener) {
 		mustCreateTenant(t, s, "acme")
 		for _, secret := range []string{"", "bothy_", "bothy_nope", "Bearer x", strings.Repeat("x", 1000)} {
 			_, err := s.ResolveToken(t.Context(), secret)
-			wantCode(t, err, bothy.EUNAUTHORIZED)
+			WantCode(t, err, bothy.EUNAUTHORIZED)
 		}
 	})
 
@@ -92,7 +92,7 @@ func testTokens(t *testing.T, open opener) {
 			t.Fatal(err)
 		}
 		_, err = s.ResolveToken(t.Context(), past)
-		wantCode(t, err, bothy.EUNAUTHORIZED)
+		WantCode(t, err, bothy.EUNAUTHORIZED)
 		tok, future, err := s.CreateToken(t.Context(), "acme", "alice", []string{bothy.ScopeAdmin}, time.Now().Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
@@ -119,7 +119,7 @@ func testTokens(t *testing.T, open opener) {
 			t.Fatal(err)
 		}
 		_, err = s.ResolveToken(t.Context(), secret)
-		wantCode(t, err, bothy.EUNAUTHORIZED)
+		WantCode(t, err, bothy.EUNAUTHORIZED)
 		// Revoking again is fine; other tokens still resolve.
 		if err := s.RevokeToken(t.Context(), "acme", tok.ID); err != nil {
 			t.Fatal(err)
@@ -137,9 +137,9 @@ func testTokens(t *testing.T, open opener) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantCode(t, s.RevokeToken(t.Context(), "acme", "tok_missing"), bothy.ENOTFOUND)
+		WantCode(t, s.RevokeToken(t.Context(), "acme", "tok_missing"), bothy.ENOTFOUND)
 		// Another tenant cannot revoke it.
-		wantCode(t, s.RevokeToken(t.Context(), "other", tok.ID), bothy.ENOTFOUND)
+		WantCode(t, s.RevokeToken(t.Context(), "other", tok.ID), bothy.ENOTFOUND)
 		if _, err := s.ResolveToken(t.Context(), secret); err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/testenv"
 	"github.com/bothyhq/bothy/uidpool"
 )
 
@@ -91,9 +92,7 @@ func TestPool_Reserve(t *testing.T) {
 }
 
 func TestChown(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("chown needs root")
-	}
+	testenv.Root(t, "chown needs root")
 	const uid = 500000
 	root := t.TempDir()
 	outside := filepath.Join(t.TempDir(), "outside")

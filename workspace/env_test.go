@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,9 +14,7 @@ import (
 	"github.com/bothyhq/bothy/checkpoint"
 	"github.com/bothyhq/bothy/gcs/gcstest"
 	"github.com/bothyhq/bothy/localblob"
-	"github.com/bothyhq/bothy/postgres"
-	"github.com/bothyhq/bothy/postgres/pgtest"
-	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/storetest"
 	"github.com/bothyhq/bothy/workspace"
 )
 
@@ -29,24 +26,14 @@ type backend struct {
 
 var backends = []backend{
 	{"sqlite+localblob", func(t *testing.T) (bothy.Store, bothy.BlobStore) {
-		store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "bothy.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { store.Close() })
 		blobs, err := localblob.Open(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		return store, blobs
+		return storetest.OpenSQLite(t), blobs
 	}},
 	{"postgres+gcs", func(t *testing.T) (bothy.Store, bothy.BlobStore) {
-		store, err := postgres.Open(context.Background(), pgtest.URL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { store.Close() })
-		return store, gcstest.New(t)
+		return storetest.OpenPostgres(t), gcstest.New(t)
 	}},
 }
 
@@ -204,18 +191,12 @@ func (e *env) chunks(name string) int {
 }
 
 // wantCode fails unless err has code.
-func wantCode(t *testing.T, err error, code string) {
-	t.Helper()
-	if got := bothy.ErrorCode(err); got != code {
-		t.Fatalf("error %v: code %q, want %q", err, got, code)
-	}
-}
 
 // unchanged runs fn, which must fail with code and commit nothing.
 func (e *env) unchanged(code string, fn func() error) {
 	e.t.Helper()
 	before := e.rev()
-	wantCode(e.t, fn(), code)
+	storetest.WantCode(e.t, fn(), code)
 	if after := e.rev(); after != before {
 		e.t.Fatalf("revision went from %d to %d on a failed operation", before, after)
 	}

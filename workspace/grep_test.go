@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/storetest"
 	"github.com/bothyhq/bothy/workspace"
 )
 
@@ -60,9 +61,9 @@ func TestFS_Glob(t *testing.T) {
 		})
 		t.Run("ErrPattern", func(t *testing.T) {
 			_, err := e.fs.Glob(e.ctx, e.tenant, e.computer, "src/[", 0)
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 			_, err = e.fs.Glob(e.ctx, e.tenant, e.computer, "*", -1)
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 		})
 	})
 }
@@ -159,15 +160,15 @@ func TestFS_Grep(t *testing.T) {
 		})
 		t.Run("ErrPattern", func(t *testing.T) {
 			_, err := e.fs.Grep(e.ctx, e.tenant, e.computer, bothy.GrepOptions{Pattern: "a("})
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 			_, err = e.fs.Grep(e.ctx, e.tenant, e.computer, bothy.GrepOptions{})
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 			_, err = e.fs.Grep(e.ctx, e.tenant, e.computer, bothy.GrepOptions{Pattern: "a", Include: "[", Path: ""})
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 		})
 		t.Run("ErrNotFound", func(t *testing.T) {
 			_, err := e.fs.Grep(e.ctx, e.tenant, e.computer, bothy.GrepOptions{Pattern: "a", Path: "nope"})
-			wantCode(t, err, bothy.ENOTFOUND)
+			storetest.WantCode(t, err, bothy.ENOTFOUND)
 		})
 	})
 }

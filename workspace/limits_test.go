@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/storetest"
 	"github.com/bothyhq/bothy/workspace"
 )
 
@@ -65,9 +66,9 @@ func TestFS_Glob_DoubleStars(t *testing.T) {
 			t.Fatalf("1300 consecutive '**': %v %v", infos, err)
 		}
 		_, err = e.fs.Glob(e.ctx, e.tenant, e.computer, strings.Repeat("**/a/", 9)+"zzz", 0)
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		_, err = e.fs.Grep(e.ctx, e.tenant, e.computer, bothy.GrepOptions{Pattern: "x", Include: strings.Repeat("**/a/", 9) + "*"})
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 	})
 }
 
@@ -95,13 +96,13 @@ func TestFS_EscapeAttempts(t *testing.T) {
 			t.Errorf("la/up/up/x did not land at up/x")
 		}
 		_, err := e.fs.Rename(e.ctx, e.tenant, e.computer, "a", "la/b/moved")
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		_, err = e.fs.Rename(e.ctx, e.tenant, e.computer, "a", "a/up/la/b/z")
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		_, err = e.fs.Grep(e.ctx, e.tenant, e.computer, bothy.GrepOptions{Pattern: "x", Include: "**/../../*"})
-		wantCode(t, err, bothy.EINVALIDPATH)
+		storetest.WantCode(t, err, bothy.EINVALIDPATH)
 		_, err = e.fs.Glob(e.ctx, e.tenant, e.computer, "a/../../*", 0)
-		wantCode(t, err, bothy.EINVALIDPATH)
+		storetest.WantCode(t, err, bothy.EINVALIDPATH)
 		infos, err := e.fs.Glob(e.ctx, e.tenant, e.computer, "la/**", 0)
 		if err != nil || len(infos) != 0 {
 			t.Errorf("glob through symlink: %v %v", infos, err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/storetest"
 	"github.com/bothyhq/bothy/workspace"
 )
 
@@ -117,10 +118,10 @@ func TestFS_MountPoint(t *testing.T) {
 			t.Fatal("absolute links under the mount point resolve inside")
 		}
 		_, err := e.readErr("near/file", 0, -1)
-		wantCode(t, err, bothy.EINVALIDPATH)
+		storetest.WantCode(t, err, bothy.EINVALIDPATH)
 		e.symlink("/workspace/../etc", "esc")
 		_, err = e.readErr("esc/passwd", 0, -1)
-		wantCode(t, err, bothy.EINVALIDPATH)
+		storetest.WantCode(t, err, bothy.EINVALIDPATH)
 	})
 }
 
@@ -195,11 +196,11 @@ func TestFS_TenantIsolation(t *testing.T) {
 		other := e.newTenant()
 		otherComputer := e.newComputer(other)
 		_, _, err := e.fs.ReadFile(e.ctx, other, e.computer, "secret", 0, -1)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.fs.Stat(e.ctx, other, e.computer, "secret")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.fs.Glob(e.ctx, other, e.computer, "**", 0)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		e.unchanged(bothy.ENOTFOUND, func() error {
 			_, err := e.fs.WriteFile(e.ctx, other, e.computer, "x", strings.NewReader("x"), bothy.WriteOptions{})
 			return err
@@ -210,9 +211,9 @@ func TestFS_TenantIsolation(t *testing.T) {
 		})
 		// The right tenant with the wrong computer is not found either.
 		_, err = e.fs.Stat(e.ctx, e.tenant, otherComputer, "secret")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = e.fs.Stat(e.ctx, e.tenant, "no-such-computer", "secret")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 }
 
@@ -233,6 +234,6 @@ func TestFS_NotCold(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := e.fs.Stat(e.ctx, e.tenant, e.computer, "f")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 }

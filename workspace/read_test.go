@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 func TestFS_ReadFile(t *testing.T) {
@@ -46,28 +47,28 @@ func TestFS_ReadFile(t *testing.T) {
 		})
 		t.Run("ErrNotFound", func(t *testing.T) {
 			_, err := e.readErr("a/nope", 0, -1)
-			wantCode(t, err, bothy.ENOTFOUND)
+			storetest.WantCode(t, err, bothy.ENOTFOUND)
 			_, err = e.readErr("nope/x", 0, -1)
-			wantCode(t, err, bothy.ENOTFOUND)
+			storetest.WantCode(t, err, bothy.ENOTFOUND)
 		})
 		t.Run("ErrIsDir", func(t *testing.T) {
 			_, err := e.readErr("a", 0, -1)
-			wantCode(t, err, bothy.EISDIR)
+			storetest.WantCode(t, err, bothy.EISDIR)
 			_, err = e.readErr("/", 0, -1)
-			wantCode(t, err, bothy.EISDIR)
+			storetest.WantCode(t, err, bothy.EISDIR)
 		})
 		t.Run("ErrNotDir", func(t *testing.T) {
 			_, err := e.readErr("a/b.txt/c", 0, -1)
-			wantCode(t, err, bothy.ENOTDIR)
+			storetest.WantCode(t, err, bothy.ENOTDIR)
 		})
 		t.Run("ErrNegativeOffset", func(t *testing.T) {
 			_, err := e.readErr("a/b.txt", -1, 1)
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 		})
 		t.Run("EmptyWorkspace", func(t *testing.T) {
 			other := e.newComputer(e.tenant)
 			_, _, err := e.fs.ReadFile(e.ctx, e.tenant, other, "x", 0, -1)
-			wantCode(t, err, bothy.ENOTFOUND)
+			storetest.WantCode(t, err, bothy.ENOTFOUND)
 			list, err := e.fs.ReadDir(e.ctx, e.tenant, other, "/", bothy.ReadDirOptions{})
 			if err != nil || len(list) != 0 {
 				t.Fatalf("read dir of an empty workspace: %v, %v", list, err)
@@ -161,10 +162,10 @@ func TestFS_Stat(t *testing.T) {
 		})
 		t.Run("ErrNotFound", func(t *testing.T) {
 			_, err := e.fs.Stat(e.ctx, e.tenant, e.computer, "d/nope")
-			wantCode(t, err, bothy.ENOTFOUND)
+			storetest.WantCode(t, err, bothy.ENOTFOUND)
 			e.symlink("nope", "dangling")
 			_, err = e.fs.Stat(e.ctx, e.tenant, e.computer, "dangling")
-			wantCode(t, err, bothy.ENOTFOUND)
+			storetest.WantCode(t, err, bothy.ENOTFOUND)
 			if _, err := e.fs.Lstat(e.ctx, e.tenant, e.computer, "dangling"); err != nil {
 				t.Fatal(err)
 			}
@@ -175,9 +176,9 @@ func TestFS_Stat(t *testing.T) {
 				t.Fatalf("readlink: %q, %v", target, err)
 			}
 			_, err = e.fs.Readlink(e.ctx, e.tenant, e.computer, "d/f")
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 			_, err = e.fs.Readlink(e.ctx, e.tenant, e.computer, "nope")
-			wantCode(t, err, bothy.ENOTFOUND)
+			storetest.WantCode(t, err, bothy.ENOTFOUND)
 		})
 	})
 }
@@ -228,15 +229,15 @@ func TestFS_ReadDir(t *testing.T) {
 		})
 		t.Run("ErrNotDir", func(t *testing.T) {
 			_, err := e.fs.ReadDir(e.ctx, e.tenant, e.computer, "dir/c", bothy.ReadDirOptions{})
-			wantCode(t, err, bothy.ENOTDIR)
+			storetest.WantCode(t, err, bothy.ENOTDIR)
 		})
 		t.Run("ErrNotFound", func(t *testing.T) {
 			_, err := e.fs.ReadDir(e.ctx, e.tenant, e.computer, "nope", bothy.ReadDirOptions{})
-			wantCode(t, err, bothy.ENOTFOUND)
+			storetest.WantCode(t, err, bothy.ENOTFOUND)
 		})
 		t.Run("ErrNegative", func(t *testing.T) {
 			_, err := e.fs.ReadDir(e.ctx, e.tenant, e.computer, "dir", bothy.ReadDirOptions{Offset: -1})
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 		})
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/storetest"
 	"github.com/bothyhq/bothy/workspace"
 )
 
@@ -468,7 +469,7 @@ func TestFS_Apply(t *testing.T) {
 				{Op: "write", Path: "new", Data: []byte("x")},
 				{Op: "rm", Path: "missing"},
 			})
-			wantCode(t, err, bothy.ENOTFOUND)
+			storetest.WantCode(t, err, bothy.ENOTFOUND)
 			if !strings.Contains(bothy.ErrorMessage(err), "op 1") {
 				t.Fatalf("error does not name the op: %v", err)
 			}

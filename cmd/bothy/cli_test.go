@@ -22,7 +22,7 @@ import (
 	"github.com/bothyhq/bothy/computetest"
 	bhttp "github.com/bothyhq/bothy/http"
 	"github.com/bothyhq/bothy/localblob"
-	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/storetest"
 	"github.com/bothyhq/bothy/workspace"
 )
 
@@ -39,11 +39,7 @@ type cliAPI struct {
 
 func newCLIAPI(t *testing.T) *cliAPI {
 	t.Helper()
-	store, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "bothy.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := storetest.OpenSQLite(t)
 	blobs, err := localblob.Open(filepath.Join(t.TempDir(), "blobs"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/egress"
+	bhttp "github.com/bothyhq/bothy/http"
 )
 
 // TestE2E_Egress runs the real server with bwrap and the egress broker.
@@ -38,9 +39,8 @@ func TestE2E_Egress(t *testing.T) {
 
 	data, s, a := serveAPI(t, "--egress-allow-private", "127.0.0.2/32")
 	none := a.create("none")
-	var allow bothy.Computer
-	a.must("POST", "/v1/computers", map[string]any{"label": "allow", "egress": bothy.EgressPolicy{Mode: bothy.EgressAllowlist,
-		Allow: []string{allowed, "localhost:" + openPort, "169.254.169.254:80"}}}, &allow)
+	allow := a.createWith(bhttp.CreateComputerRequest{Label: "allow", Egress: bothy.EgressPolicy{Mode: bothy.EgressAllowlist,
+		Allow: []string{allowed, "localhost:" + openPort, "169.254.169.254:80"}}})
 	if allow.Egress.Mode != bothy.EgressAllowlist {
 		t.Fatalf("created with egress %+v", allow.Egress)
 	}
@@ -58,7 +58,7 @@ for a in %s 127.0.0.1; do curl -sS -m 3 --noproxy '*' http://$a:%s/ && echo REAC
 	}
 
 	// Allowlisted: through the broker.
-	cmd, out := run(&allow, "env | grep -i _proxy= | sort; curl -sS -m 10 http://"+allowed+"/")
+	cmd, out := run(allow, "env | grep -i _proxy= | sort; curl -sS -m 10 http://"+allowed+"/")
 	for _, v := range []string{"HTTP_PROXY=http://", "HTTPS_PROXY=http://", "http_proxy=http://", "https_proxy=http://", "NO_PROXY=localhost"} {
 		if !strings.Contains(out, v) {
 			t.Errorf("the allowlist computer's environment lacks %s:\n%s", v, out)
@@ -80,13 +80,13 @@ for a in %s 127.0.0.1; do curl -sS -m 3 --noproxy '*' http://$a:%s/ && echo REAC
 	} {
 		// --noproxy '' sends even localhost through the proxy, whatever
 		// NO_PROXY says.
-		_, out := run(&allow, "curl -sS -m 10 --noproxy '' -w ' status=%{http_code}' "+tc.url)
+		_, out := run(allow, "curl -sS -m 10 --noproxy '' -w ' status=%{http_code}' "+tc.url)
 		if !strings.Contains(out, "status=403") || !strings.Contains(out, "bothy egress: denied") || !strings.Contains(out, tc.reason) {
 			t.Errorf("%s through the broker: want 403 naming %q, got:\n%s", tc.url, tc.reason, out)
 		}
 	}
 	// Bypassing the proxy: nothing but the broker answers.
-	_, out = run(&allow, fmt.Sprintf(`for a in %s %s; do curl -sS -m 3 --noproxy '*' http://$a/ && echo REACHED $a; done; true`, allowed, hostIP+":"+openPort))
+	_, out = run(allow, fmt.Sprintf(`for a in %s %s; do curl -sS -m 3 --noproxy '*' http://$a/ && echo REACHED $a; done; true`, allowed, hostIP+":"+openPort))
 	if strings.Contains(out, "REACHED") {
 		t.Errorf("a direct connection bypassed the broker:\n%s", out)
 	}
@@ -94,10 +94,8 @@ for a in %s 127.0.0.1; do curl -sS -m 3 --noproxy '*' http://$a:%s/ && echo REAC
 	if c.Usage.NetworkBytes == 0 {
 		t.Errorf("the computer's usage shows no network bytes: %+v", c.Usage)
 	}
-	var list struct{ Commands []*bothy.Command }
-	a.must("GET", "/v1/computers/"+allow.ID+"/commands?limit=1000", nil, &list)
 	leases := map[string]bool{}
-	for _, cmd := range list.Commands {
+	for _, cmd := range a.commands(allow.ID) {
 		leases[cmd.LeaseID] = cmd.LeaseID != ""
 	}
 	destroyAll(t, a, data)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	bhttp "github.com/bothyhq/bothy/http"
 )
 
 // markedProcesses lists the processes whose environment holds the marker.
@@ -72,8 +73,8 @@ func TestE2E_Lifecycle(t *testing.T) {
 		// Writing to an active computer's files reaches its disk: the next
 		// command sees the file, owned by the sandbox's user, and a
 		// background process keeps running through it.
-		a.must("PUT", "/v1/computers/"+c.ID+"/files/dir/x.txt?parents=true", "from the API\n", nil)
-		a.must("POST", "/v1/computers/"+c.ID+"/fs/mkdir", map[string]any{"path": "made/by/api", "parents": true}, nil)
+		a.writeFile(c.ID, "dir/x.txt", "from the API\n", bothy.WriteOptions{MkdirParents: true})
+		a.mkdir(c.ID, "made/by/api", bothy.MkdirOptions{Parents: true})
 		both := a.run(c.ID, bothy.RunRequest{Script: "echo more >> dir/x.txt && cat dir/x.txt && touch made/by/api/f && kill -0 $(cat bg.pid) && echo alive", Wait: true})
 		if got := output(a.events(both.ID, 0, nil)); both.State != bothy.CommandCompleted || got != "from the API\nmore\nalive\n" {
 			t.Fatalf("after API writes to an active computer: %s %q", both.State, got)
@@ -81,9 +82,7 @@ func TestE2E_Lifecycle(t *testing.T) {
 		if got := a.readFile(c.ID, "dir/x.txt"); got != "from the API\nmore\n" {
 			t.Fatalf("dir/x.txt = %q", got)
 		}
-		var rev bothy.Revision
-		a.must("POST", "/v1/computers/"+c.ID+"/checkpoint", nil, &rev)
-		if rev.Number < 1 {
+		if rev := a.checkpoint(c.ID); rev.Number < 1 {
 			t.Fatalf("checkpoint now: %+v", rev)
 		}
 
@@ -91,8 +90,7 @@ func TestE2E_Lifecycle(t *testing.T) {
 		mark := randomMark()
 		cmd := a.run(c.ID, bothy.RunRequest{Script: treeScript, Env: map[string]string{"BOTHY_E2E_MARK": mark}})
 		waitProcesses(t, mark, func(n int) bool { return n >= 4 })
-		var cancelled bothy.Command
-		a.must("POST", "/v1/commands/"+cmd.ID+"/cancel", nil, &cancelled)
+		a.cancel(cmd.ID)
 		if got := a.wait(cmd.ID); got.State != bothy.CommandCancelled {
 			t.Fatalf("cancelled command is %s", got.State)
 		}
@@ -129,7 +127,7 @@ func TestE2E_Lifecycle(t *testing.T) {
 		// token without computers:write cannot run; an unknown profile is
 		// refused.
 		other := adminToken(t, data, storeArgs, "t2", "computers:read,computers:write,files:read")
-		b := &apiClient{t: t, url: s.url, token: other}
+		b := newAPI(t, s, other)
 		for _, p := range []string{"/v1/computers/" + c.ID, "/v1/commands/" + cmd.ID, "/v1/commands/" + cmd.ID + "/events", "/v1/computers/" + c.ID + "/files/late.txt"} {
 			if st, _ := b.call("GET", p, nil, nil); st != 404 {
 				t.Errorf("another tenant GET %s: %d", p, st)
@@ -138,7 +136,7 @@ func TestE2E_Lifecycle(t *testing.T) {
 		if st, _ := b.call("POST", "/v1/computers/"+c.ID+"/commands", bothy.RunRequest{Argv: []string{"true"}}, nil); st != 404 {
 			t.Errorf("another tenant runs a command: %d", st)
 		}
-		readOnly := &apiClient{t: t, url: s.url, token: adminToken(t, data, storeArgs, "default", "computers:read")}
+		readOnly := newAPI(t, s, adminToken(t, data, storeArgs, "default", "computers:read"))
 		if st, _ := readOnly.call("POST", "/v1/computers/"+c.ID+"/commands", bothy.RunRequest{Argv: []string{"true"}}, nil); st != 403 {
 			t.Errorf("run without computers:write: %d", st)
 		}
@@ -147,9 +145,7 @@ func TestE2E_Lifecycle(t *testing.T) {
 		}
 
 		// Destroy tears everything down and records an empty residue.
-		var dead bothy.Computer
-		a.must("DELETE", "/v1/computers/"+c.ID, nil, &dead)
-		if dead.State != bothy.StateDestroyed {
+		if dead := a.destroy(c.ID); dead.State != bothy.StateDestroyed {
 			t.Fatalf("destroyed computer is %s", dead.State)
 		}
 		checkNoResidue(t, data)
@@ -177,10 +173,8 @@ func adminToken(t *testing.T, data string, storeArgs []string, tenant, scopes st
 // commands is left.
 func checkNoCgroups(t *testing.T, a *apiClient, computerID string) {
 	t.Helper()
-	var list struct{ Commands []*bothy.Command }
-	a.must("GET", "/v1/computers/"+computerID+"/commands?limit=1000", nil, &list)
 	leases := map[string]bool{}
-	for _, c := range list.Commands {
+	for _, c := range a.commands(computerID) {
 		if c.LeaseID != "" {
 			leases[c.LeaseID] = true
 		}
@@ -206,15 +200,13 @@ func TestE2E_FanOut(t *testing.T) {
 		s := startServeWith(t, data, nil, storeArgs...)
 		a := newAPI(t, s, serverToken(t, s, data))
 		for i := range 30 {
-			var c bothy.Computer
-			a.must("POST", "/v1/computers", map[string]string{"conversation_id": "conv-1", "label": fmt.Sprint("c", i)}, &c)
+			a.createWith(bhttp.CreateComputerRequest{ConversationID: "conv-1", Label: fmt.Sprint("c", i)})
 		}
-		var list struct{ Computers []*bothy.Computer }
-		a.must("GET", "/v1/computers?conversation_id=conv-1", nil, &list)
-		if len(list.Computers) != 30 {
-			t.Fatalf("the conversation has %d computers", len(list.Computers))
+		list := a.computers(bothy.ComputerFilter{ConversationID: "conv-1"})
+		if len(list) != 30 {
+			t.Fatalf("the conversation has %d computers", len(list))
 		}
-		for _, c := range list.Computers {
+		for _, c := range list {
 			if c.State != bothy.StateCold || c.Generation != 0 {
 				t.Errorf("computer %s is %s at generation %d", c.ID, c.State, c.Generation)
 			}
@@ -430,7 +422,7 @@ func TestE2E_BackgroundMetered(t *testing.T) {
 	}
 	time.Sleep(2500 * time.Millisecond) // the loop runs out its 2 s
 	before := a.computer(c.ID).Usage.CPUMicros
-	a.must("POST", "/v1/computers/"+c.ID+"/stop", nil, nil)
+	a.stop(c.ID)
 	after := a.computer(c.ID).Usage.CPUMicros
 	if before != cmd.Usage.CPUMicros {
 		t.Errorf("before the stop the computer shows %d µs, want its command's %d", before, cmd.Usage.CPUMicros)

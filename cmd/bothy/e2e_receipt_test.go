@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	bhttp "github.com/bothyhq/bothy/http"
 )
 
 // TestE2E_Receipts runs a command with a work_job_id on a real sandbox,
@@ -39,8 +40,7 @@ func TestE2E_Receipts(t *testing.T) {
 		t.Fatalf("GET /v1/receipts/key: %d %+v", resp.StatusCode, key)
 	}
 
-	var c bothy.Computer
-	a.must("POST", "/v1/computers", map[string]string{"label": "receipts", "work_job_id": "job-computer"}, &c)
+	c := a.createWith(bhttp.CreateComputerRequest{Label: "receipts", WorkJobID: "job-computer"})
 	if c.WorkJobID != "job-computer" {
 		t.Fatalf("computer work_job_id = %q", c.WorkJobID)
 	}
@@ -100,7 +100,7 @@ func TestE2E_Receipts(t *testing.T) {
 		}
 	}
 
-	a.must("DELETE", "/v1/computers/"+c.ID, nil, nil)
+	a.destroy(c.ID)
 	out, errs, code = cli("receipt", "get", cmd.LeaseID)
 	if code != 0 {
 		t.Fatalf("receipt get lease: %d %s", code, errs)

@@ -133,14 +133,10 @@ ls /proc/1/root/ 2>&1 | head -1`, Wait: true})
 	}
 
 	// The revision holds no trace of it either.
-	var grep struct {
-		Matches []any `json:"matches"`
+	if m := a.grep(c.ID, bothy.GrepOptions{Pattern: "s3cr3t"}).Matches; len(m) != 0 {
+		t.Errorf("the workspace holds the secret: %+v", m)
 	}
-	a.must("POST", "/v1/computers/"+c.ID+"/fs/grep", map[string]any{"pattern": "s3cr3t"}, &grep)
-	if len(grep.Matches) != 0 {
-		t.Errorf("the workspace holds the secret: %+v", grep.Matches)
-	}
-	a.must("POST", "/v1/computers/"+c.ID+"/stop", nil, nil)
+	a.stop(c.ID)
 	scan("after stop")
 	destroyAll(t, a, data)
 	s.stop(t)

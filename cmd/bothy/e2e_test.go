@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	nethttp "net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +15,7 @@ import (
 	"github.com/bothyhq/bothy/postgres"
 	"github.com/bothyhq/bothy/postgres/pgtest"
 	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // These tests run the real thing: `bothy serve` as a process, its
@@ -28,22 +25,7 @@ import (
 
 func needSandbox(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("BOTHY_TEST_REQUIRE_ALL") == "1" {
-			t.Fatal("end-to-end tests need root (bubblewrap, cgroups, overlayfs)")
-		}
-		t.Skip("end-to-end tests need root")
-	}
-}
-
-// apiClient calls the public API with raw HTTP, as any client would.
-type apiClient struct {
-	t          *testing.T
-	url, token string
-}
-
-func newAPI(t *testing.T, s *server, token string) *apiClient {
-	return &apiClient{t: t, url: s.url, token: token}
+	testenv.Root(t, "end-to-end tests need root (bubblewrap, cgroups, overlayfs)")
 }
 
 // serveAPI starts `bothy serve` with args on a new data directory and
@@ -67,144 +49,6 @@ func serverToken(t *testing.T, s *server, data string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// call sends a request and decodes a JSON answer into out; it returns the
-// status and the raw body.
-func (a *apiClient) call(method, path string, body any, out any) (int, []byte) {
-	a.t.Helper()
-	var r io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		r = strings.NewReader(b)
-	default:
-		j, _ := json.Marshal(b)
-		r = bytes.NewReader(j)
-	}
-	req, _ := nethttp.NewRequest(method, a.url+path, r)
-	req.Header.Set("Authorization", "Bearer "+a.token)
-	resp, err := nethttp.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode < 300 {
-		if err := json.Unmarshal(raw, out); err != nil {
-			a.t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
-		}
-	}
-	return resp.StatusCode, raw
-}
-
-func (a *apiClient) must(method, path string, body any, out any) {
-	a.t.Helper()
-	if st, raw := a.call(method, path, body, out); st >= 300 {
-		a.t.Fatalf("%s %s: %d %s", method, path, st, raw)
-	}
-}
-
-func (a *apiClient) create(label string) *bothy.Computer {
-	a.t.Helper()
-	var c bothy.Computer
-	a.must("POST", "/v1/computers", map[string]string{"label": label}, &c)
-	return &c
-}
-
-func (a *apiClient) run(id string, req bothy.RunRequest) *bothy.Command {
-	a.t.Helper()
-	var c bothy.Command
-	a.must("POST", "/v1/computers/"+id+"/commands", req, &c)
-	return &c
-}
-
-func (a *apiClient) command(id string) *bothy.Command {
-	a.t.Helper()
-	var c bothy.Command
-	a.must("GET", "/v1/commands/"+id, nil, &c)
-	return &c
-}
-
-// wait polls the command until it ends (bounded: a minute).
-func (a *apiClient) wait(id string) *bothy.Command {
-	a.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		c := a.command(id)
-		if bothy.CommandTerminal(c.State) {
-			return c
-		} else if time.Now().After(deadline) {
-			a.t.Fatalf("command %s still %s after a minute", id, c.State)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// waitState polls the computer until it is in state (bounded: 30 s) and
-// returns it.
-func (a *apiClient) waitState(id, state string) *bothy.Computer {
-	a.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var c bothy.Computer
-		a.must("GET", "/v1/computers/"+id, nil, &c)
-		if c.State == state {
-			return &c
-		} else if time.Now().After(deadline) {
-			a.t.Fatalf("computer %s still %s after 30 s, want %s", id, c.State, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (a *apiClient) readFile(id, path string) string {
-	a.t.Helper()
-	st, raw := a.call("GET", "/v1/computers/"+id+"/files/"+path, nil, nil)
-	if st != 200 {
-		a.t.Fatalf("read %s: %d %s", path, st, raw)
-	}
-	return string(raw)
-}
-
-// events reads the command's SSE stream after seq until it ends or stop
-// returns true, and returns the events read.
-func (a *apiClient) events(id string, after int64, stop func(*bothy.Event) bool) []*bothy.Event {
-	a.t.Helper()
-	req, _ := nethttp.NewRequest("GET", a.url+"/v1/commands/"+id+"/events?after="+strconv.FormatInt(after, 10), nil)
-	req.Header.Set("Authorization", "Bearer "+a.token)
-	resp, err := nethttp.DefaultClient.Do(req)
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		raw, _ := io.ReadAll(resp.Body)
-		a.t.Fatalf("events: %d %s", resp.StatusCode, raw)
-	}
-	var out []*bothy.Event
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 4<<20)
-	kind := ""
-	for sc.Scan() {
-		line := sc.Text()
-		if k, ok := strings.CutPrefix(line, "event: "); ok {
-			kind = k
-		} else if d, ok := strings.CutPrefix(line, "data: "); ok {
-			if kind == "end" {
-				return out
-			}
-			var e bothy.Event
-			if err := json.Unmarshal([]byte(d), &e); err != nil {
-				a.t.Fatal(err)
-			}
-			out = append(out, &e)
-			if stop != nil && stop(&e) {
-				return out
-			}
-		}
-	}
-	return out
-}
-
 // output concatenates the stdout events.
 func output(events []*bothy.Event) string {
 	var b strings.Builder
@@ -225,14 +69,6 @@ func stderr(events []*bothy.Event) string {
 		}
 	}
 	return b.String()
-}
-
-// computer gets a computer.
-func (a *apiClient) computer(id string) *bothy.Computer {
-	a.t.Helper()
-	var c bothy.Computer
-	a.must("GET", "/v1/computers/"+id, nil, &c)
-	return &c
 }
 
 // checkSeqs fails unless the events' seqs are from, from+1, … with no gap
@@ -269,11 +105,9 @@ func (s *server) waitExit(t *testing.T) {
 // and supervisors down) and checks that nothing is left.
 func destroyAll(t *testing.T, a *apiClient, data string) {
 	t.Helper()
-	var list struct{ Computers []*bothy.Computer }
-	a.must("GET", "/v1/computers?limit=1000", nil, &list)
-	for _, c := range list.Computers {
+	for _, c := range a.computers(bothy.ComputerFilter{Limit: 1000}) {
 		if c.State != bothy.StateDestroyed {
-			a.must("DELETE", "/v1/computers/"+c.ID, nil, nil)
+			a.destroy(c.ID)
 		}
 	}
 	checkNoResidue(t, data)
@@ -335,7 +169,7 @@ func TestE2E_FilesSurviveStopAndRestart(t *testing.T) {
 		tok := serverToken(t, s, data)
 		a := newAPI(t, s, tok)
 		c := a.create("e2e")
-		a.must("PUT", "/v1/computers/"+c.ID+"/files/in.txt", "hello\n", nil)
+		a.writeFile(c.ID, "in.txt", "hello\n", bothy.WriteOptions{})
 
 		cmd := a.run(c.ID, bothy.RunRequest{Script: "cat in.txt > out.txt && echo done >> out.txt && cat out.txt", Wait: true})
 		if cmd.State != bothy.CommandCompleted || cmd.ExitCode == nil || *cmd.ExitCode != 0 {
@@ -347,9 +181,7 @@ func TestE2E_FilesSurviveStopAndRestart(t *testing.T) {
 		if cmd.RevisionAfter == 0 {
 			t.Errorf("the command's result names no revision after it")
 		}
-		var cm bothy.Computer
-		a.must("POST", "/v1/computers/"+c.ID+"/stop", nil, &cm)
-		if cm.State != bothy.StateCold {
+		if cm := a.stop(c.ID); cm.State != bothy.StateCold {
 			t.Fatalf("after stop the computer is %s", cm.State)
 		}
 		checkNoResidue(t, data)
@@ -436,8 +268,7 @@ func TestE2E_NoReplay(t *testing.T) {
 
 				s = startServeWith(t, data, nil, storeArgs...)
 				a = newAPI(t, s, tok)
-				var first bothy.Command
-				a.must("POST", "/v1/computers/"+c.ID+"/commands", req, &first)
+				first := a.run(c.ID, req)
 				done := a.wait(first.ID)
 				if done.State != bothy.CommandCompleted {
 					t.Fatalf("after restart the command is %s", done.State)
@@ -449,7 +280,7 @@ func TestE2E_NoReplay(t *testing.T) {
 				if st, raw := a.call("POST", "/v1/computers/"+c.ID+"/commands", req, &again); st != 200 || again.ID != first.ID {
 					t.Fatalf("resubmitting the key: %d %s", st, raw)
 				}
-				a.must("POST", "/v1/computers/"+c.ID+"/stop", nil, nil)
+				a.stop(c.ID)
 				if got := a.readFile(c.ID, "counter"); got != "run\n" {
 					t.Fatalf("counter after resubmission = %q", got)
 				}
@@ -494,7 +325,7 @@ func TestE2E_CrashDuringCommand(t *testing.T) {
 		if done.State != bothy.CommandCompleted || *done.ExitCode != 0 || done.LastSeq != all[len(all)-1].Seq {
 			t.Fatalf("command after the crash: %+v", done)
 		}
-		a.must("POST", "/v1/computers/"+c.ID+"/stop", nil, nil)
+		a.stop(c.ID)
 		if got := a.readFile(c.ID, "counter"); got != "once\n" {
 			t.Fatalf("counter = %q", got)
 		}
@@ -552,7 +383,7 @@ func TestE2E_AgentCrash(t *testing.T) {
 	if done := a.wait(cmd.ID); done.State != bothy.CommandCompleted {
 		t.Fatalf("command after the agent crash: %s", done.State)
 	}
-	a.must("POST", "/v1/computers/"+c.ID+"/stop", nil, nil)
+	a.stop(c.ID)
 	if got := a.readFile(c.ID, "counter"); got != "once\n" {
 		t.Fatalf("counter = %q", got)
 	}
