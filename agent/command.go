@@ -24,80 +24,48 @@ const (
 // command acts on one command action of a poll answer. Every action is
 // idempotent: run goes to the supervisor, which starts nothing for an id it
 // journaled already, and a stream is attached once per command.
+//
+// A command has one run or status action in flight at a time. A status
+// that arrives meanwhile is dropped: the control plane asks again in its
+// next answer. A run is sent only once, and it can arrive while a status
+// action is still reporting the command never_seen (the control plane
+// dispatches it once more at that report, and the status action must stay
+// in flight while it reports, or a second one could report never_seen of
+// the new dispatch): it is held, and done takes it up.
 func (l *lease) command(ctx context.Context, cw *runtime.CommandWork) {
+	id := cw.CommandID
 	l.mu.Lock()
 	sup := l.sup
-	busy := l.inflight[cw.CommandID]
 	switch cw.Action {
 	case runtime.ActRun, runtime.ActStatus:
-		if busy {
+		if l.inflight[id] {
+			if cw.Action == runtime.ActRun {
+				l.held[id] = cw
+			}
 			l.mu.Unlock()
 			return
 		}
-		l.inflight[cw.CommandID] = true
-	case runtime.ActCancel:
-		if l.cancelled[cw.CommandID] {
-			l.mu.Unlock()
-			return
+		l.inflight[id] = true
+		ready := l.state == leaseReady
+		l.mu.Unlock()
+		switch {
+		case cw.Action == runtime.ActStatus:
+			go l.status(ctx, sup, cw)
+		case ready:
+			go l.run(ctx, sup, cw)
+		default:
+			go l.refuse(ctx, id)
 		}
-		l.cancelled[cw.CommandID] = true
-	}
-	l.mu.Unlock()
-	id := cw.CommandID
-	switch cw.Action {
-	case runtime.ActRun:
-		go func() {
-			defer l.done(id)
-			if cw.Spec == nil {
-				return
-			}
-			if l.a.cfg.Egress != nil {
-				n := l.netBytes()
-				l.mu.Lock()
-				l.netStart[id] = n
-				l.mu.Unlock()
-			}
-			defer func() {
-				// A run the supervisor refused never ends through end().
-				l.mu.Lock()
-				if _, ok := l.pumps[id]; !ok {
-					delete(l.netStart, id)
-				}
-				l.mu.Unlock()
-			}()
-			st, err := sup.Run(ctx, id, *cw.Spec)
-			if err != nil {
-				// The supervisor refused it (a bad cwd, say) or could not
-				// be reached; in the second case the control plane asks
-				// about the command after its acknowledgement timeout.
-				l.a.log.Warn("run command", "command", id, "err", err)
-				if code := bothy.ErrorCode(err); code == bothy.EINVALID || code == bothy.EINVALIDPATH {
-					l.report(ctx, id, &runtime.Report{State: bothy.RunRunning})
-					l.report(ctx, id, &runtime.Report{State: bothy.RunFailed, Error: bothy.ErrorMessage(err)})
-				}
-				return
-			}
-			l.report(ctx, id, &runtime.Report{State: bothy.RunRunning, LastSeq: st.LastSeq})
-			l.attach(ctx, id, 0)
-		}()
-	case runtime.ActStatus:
-		go func() {
-			defer l.done(id)
-			st, err := sup.Status(ctx, id)
-			if err != nil {
-				l.a.log.Warn("command status", "command", id, "err", err)
-				return
-			}
-			if st.State == bothy.RunNeverSeen {
-				l.report(ctx, id, &runtime.Report{State: bothy.RunNeverSeen})
-				return
-			}
-			l.report(ctx, id, &runtime.Report{State: bothy.RunRunning, LastSeq: st.LastSeq})
-			l.attach(ctx, id, cw.AfterSeq)
-		}()
 	case runtime.ActAttach:
+		l.mu.Unlock()
 		l.attach(ctx, id, cw.AfterSeq)
 	case runtime.ActCancel:
+		if l.cancelled[id] {
+			l.mu.Unlock()
+			return
+		}
+		l.cancelled[id] = true
+		l.mu.Unlock()
 		go func() {
 			if _, err := sup.Cancel(ctx, id); err != nil {
 				l.a.log.Warn("cancel command", "command", id, "err", err)
@@ -106,13 +74,94 @@ func (l *lease) command(ctx context.Context, cw *runtime.CommandWork) {
 				l.mu.Unlock()
 			}
 		}()
+	default:
+		l.mu.Unlock()
 	}
 }
 
-func (l *lease) done(id string) {
+// run passes a run action to the supervisor and attaches its stream.
+func (l *lease) run(ctx context.Context, sup *supervisor.Client, cw *runtime.CommandWork) {
+	id := cw.CommandID
+	defer l.done(ctx, id)
+	if cw.Spec == nil {
+		return
+	}
+	if l.a.cfg.Egress != nil {
+		n := l.netBytes()
+		l.mu.Lock()
+		l.netStart[id] = n
+		l.mu.Unlock()
+	}
+	defer func() {
+		// A run the supervisor refused never ends through end().
+		l.mu.Lock()
+		if _, ok := l.pumps[id]; !ok {
+			delete(l.netStart, id)
+		}
+		l.mu.Unlock()
+	}()
+	st, err := sup.Run(ctx, id, *cw.Spec)
+	if err != nil {
+		// The supervisor refused it (a bad cwd, say) or could not
+		// be reached; in the second case the control plane asks
+		// about the command after its acknowledgement timeout.
+		l.a.log.Warn("run command", "command", id, "err", err)
+		if code := bothy.ErrorCode(err); code == bothy.EINVALID || code == bothy.EINVALIDPATH {
+			l.report(ctx, id, &runtime.Report{State: bothy.RunRunning})
+			l.report(ctx, id, &runtime.Report{State: bothy.RunFailed, Error: bothy.ErrorMessage(err)})
+		}
+		return
+	}
+	l.report(ctx, id, &runtime.Report{State: bothy.RunRunning, LastSeq: st.LastSeq})
+	l.attach(ctx, id, 0)
+}
+
+// status reports what the supervisor knows of a command and attaches the
+// stream of one that runs.
+func (l *lease) status(ctx context.Context, sup *supervisor.Client, cw *runtime.CommandWork) {
+	id := cw.CommandID
+	defer l.done(ctx, id)
+	st, err := sup.Status(ctx, id)
+	if err != nil {
+		l.a.log.Warn("command status", "command", id, "err", err)
+		return
+	}
+	if st.State == bothy.RunNeverSeen {
+		l.report(ctx, id, &runtime.Report{State: bothy.RunNeverSeen})
+		return
+	}
+	l.report(ctx, id, &runtime.Report{State: bothy.RunRunning, LastSeq: st.LastSeq})
+	l.attach(ctx, id, cw.AfterSeq)
+}
+
+// refuse answers a run that arrives while the lease tears down: it never
+// reached the supervisor. Saying so while the lease's credential still
+// counts sends the command back to admitted, to run on the next lease
+// instead of being lost with this one. The command stays in flight: the
+// lease has nothing more to do with it.
+func (l *lease) refuse(ctx context.Context, id string) {
+	l.report(ctx, id, &runtime.Report{State: bothy.RunNeverSeen})
+}
+
+// done ends a command's run or status action. A run held meanwhile
+// (see command) starts in its place, or is refused if the lease is no
+// longer ready.
+func (l *lease) done(ctx context.Context, id string) {
 	l.mu.Lock()
-	delete(l.inflight, id)
+	cw := l.held[id]
+	delete(l.held, id)
+	if cw == nil {
+		delete(l.inflight, id)
+	}
+	ready, sup := l.state == leaseReady, l.sup
 	l.mu.Unlock()
+	switch {
+	case cw == nil:
+	case ready:
+		go l.run(ctx, sup, cw)
+	default:
+		go l.refuse(ctx, id)
+	}
 }
 
 // report sends a command report, retrying while the control plane cannot

@@ -77,8 +77,9 @@ type lease struct {
 	revision  int64                // the computer's revision: the base of the next commit
 	ckptDone  int64
 	ckptBusy  bool
-	inflight  map[string]bool // command ids with a run or status call in flight
-	applying  map[int64]bool  // files-API changes being applied
+	inflight  map[string]bool                 // command ids with a run or status call in flight, or refused
+	held      map[string]*runtime.CommandWork // runs that arrived while their command was in flight
+	applying  map[int64]bool                  // files-API changes being applied
 	cancelled map[string]bool
 	pumps     map[string]bool
 	pumpWG    sync.WaitGroup
@@ -93,7 +94,7 @@ func newLease(a *Agent, w *runtime.LeaseWork) *lease {
 	return &lease{
 		a: a, dir: filepath.Join(a.cfg.Dir, "leases", w.LeaseID), state: leaseNew,
 		rec:      record{LeaseID: w.LeaseID, TenantID: w.TenantID, ComputerID: w.ComputerID, Generation: w.Generation, Provider: w.Provider},
-		inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
+		inflight: map[string]bool{}, held: map[string]*runtime.CommandWork{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
 		netStart: map[string]int64{},
 	}
 }
@@ -123,20 +124,11 @@ func (l *lease) update(ctx context.Context, w *runtime.LeaseWork) {
 	}
 	l.mu.Unlock()
 	if state == leaseStopping || state == leaseGone {
-		// A command sent to run while the lease tears down never
-		// reached its supervisor: say so while the lease's credential
-		// still counts, so it goes back to admitted and runs on the
-		// next lease instead of being lost with this one.
+		// A command sent to run while the lease tears down is refused
+		// (command, refuse): it never reached the supervisor.
 		for _, cw := range w.Commands {
-			if cw.Action != runtime.ActRun {
-				continue
-			}
-			l.mu.Lock()
-			busy := l.inflight[cw.CommandID]
-			l.inflight[cw.CommandID] = true
-			l.mu.Unlock()
-			if !busy {
-				go l.report(ctx, cw.CommandID, &runtime.Report{State: bothy.RunNeverSeen})
+			if cw.Action == runtime.ActRun {
+				l.command(ctx, cw)
 			}
 		}
 	}
@@ -367,7 +359,7 @@ func (a *Agent) recover(ctx context.Context) {
 			continue
 		}
 		l := &lease{a: a, dir: dir, rec: rec, state: leaseRecovered,
-			inflight: map[string]bool{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
+			inflight: map[string]bool{}, held: map[string]*runtime.CommandWork{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
 			netStart: map[string]int64{}}
 		a.leases[rec.LeaseID] = l
 		a.log.Info("found lease on disk", "lease", rec.LeaseID, "computer", rec.ComputerID)
