@@ -24,59 +24,65 @@ const (
 // command acts on one command action of a poll answer. Every action is
 // idempotent: run goes to the supervisor, which starts nothing for an id it
 // journaled already, and a stream is attached once per command.
-//
-// A command has one run or status action in flight at a time. A status
-// that arrives meanwhile is dropped: the control plane asks again in its
-// next answer. A run is sent only once, and it can arrive while a status
-// action is still reporting the command never_seen (the control plane
-// dispatches it once more at that report, and the status action must stay
-// in flight while it reports, or a second one could report never_seen of
-// the new dispatch): it is held, and done takes it up.
 func (l *lease) command(ctx context.Context, cw *runtime.CommandWork) {
-	id := cw.CommandID
-	l.mu.Lock()
-	sup := l.sup
 	switch cw.Action {
 	case runtime.ActRun, runtime.ActStatus:
-		if l.inflight[id] {
-			if cw.Action == runtime.ActRun {
-				l.held[id] = cw
-			}
-			l.mu.Unlock()
-			return
-		}
-		l.inflight[id] = true
-		ready := l.state == leaseReady
-		l.mu.Unlock()
-		switch {
-		case cw.Action == runtime.ActStatus:
-			go l.status(ctx, sup, cw)
-		case ready:
-			go l.run(ctx, sup, cw)
-		default:
-			go l.refuse(ctx, id)
-		}
+		l.begin(ctx, cw)
 	case runtime.ActAttach:
-		l.mu.Unlock()
-		l.attach(ctx, id, cw.AfterSeq)
+		l.attach(ctx, cw.CommandID, cw.AfterSeq)
 	case runtime.ActCancel:
-		if l.cancelled[id] {
-			l.mu.Unlock()
-			return
-		}
-		l.cancelled[id] = true
-		l.mu.Unlock()
-		go func() {
-			if _, err := sup.Cancel(ctx, id); err != nil {
-				l.a.log.Warn("cancel command", "command", id, "err", err)
-				l.mu.Lock()
-				delete(l.cancelled, id)
-				l.mu.Unlock()
-			}
-		}()
-	default:
-		l.mu.Unlock()
+		l.cancel(ctx, cw.CommandID)
 	}
+}
+
+// begin starts a run or status action in a goroutine of its own; a
+// command has one in flight at a time. A status that arrives meanwhile is
+// dropped: the control plane asks again in its next answer. A run is sent
+// only once, and it can arrive while a status action is still reporting
+// the command never_seen (the control plane dispatches it once more at
+// that report; the status action must stay in flight while it reports, or
+// a second one could report never_seen of the new dispatch): it is held,
+// and done takes it up. A run is refused while the lease tears down.
+func (l *lease) begin(ctx context.Context, cw *runtime.CommandWork) {
+	id := cw.CommandID
+	l.mu.Lock()
+	if l.inflight[id] {
+		if cw.Action == runtime.ActRun {
+			l.held[id] = cw
+		}
+		l.mu.Unlock()
+		return
+	}
+	l.inflight[id] = true
+	sup, ready := l.sup, l.state == leaseReady
+	l.mu.Unlock()
+	switch {
+	case cw.Action == runtime.ActStatus:
+		go l.status(ctx, sup, cw)
+	case ready:
+		go l.run(ctx, sup, cw)
+	default:
+		go l.refuse(ctx, id)
+	}
+}
+
+// cancel asks the supervisor to kill a command, once unless that fails.
+func (l *lease) cancel(ctx context.Context, id string) {
+	l.mu.Lock()
+	sup, again := l.sup, l.cancelled[id]
+	l.cancelled[id] = true
+	l.mu.Unlock()
+	if again {
+		return
+	}
+	go func() {
+		if _, err := sup.Cancel(ctx, id); err != nil {
+			l.a.log.Warn("cancel command", "command", id, "err", err)
+			l.mu.Lock()
+			delete(l.cancelled, id)
+			l.mu.Unlock()
+		}
+	}()
 }
 
 // run passes a run action to the supervisor and attaches its stream.
