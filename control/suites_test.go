@@ -1,0 +1,118 @@
+package control_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/control"
+	"github.com/bothyhq/bothy/filetest"
+	"github.com/bothyhq/bothy/gcs/gcstest"
+	"github.com/bothyhq/bothy/localblob"
+	"github.com/bothyhq/bothy/postgres"
+	"github.com/bothyhq/bothy/postgres/pgtest"
+	"github.com/bothyhq/bothy/runtimetest"
+	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/workspace"
+)
+
+// backends opens an empty metadata store and blob store on each engine.
+var backends = []struct {
+	name string
+	open func(t *testing.T) (bothy.Store, bothy.BlobStore)
+}{
+	{"SQLite", func(t *testing.T) (bothy.Store, bothy.BlobStore) {
+		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "bothy.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		blobs, err := localblob.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, blobs
+	}},
+	{"PostgreSQL", func(t *testing.T) (bothy.Store, bothy.BlobStore) {
+		s, err := postgres.Open(context.Background(), pgtest.URL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s, gcstest.New(t)
+	}},
+}
+
+// newController is a controller over s whose profile "standard" is
+// served by the provider "fake".
+func newController(s bothy.Store) *control.Controller {
+	return control.New(s, control.Config{Profiles: map[string]string{"standard": "fake"}, AgentToken: agentToken,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+}
+
+func TestControl(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			runtimetest.TestControl(t, func(t *testing.T) *runtimetest.Env {
+				s, _ := b.open(t)
+				c := newController(s)
+				return &runtimetest.Env{Control: c, AgentToken: agentToken, Compute: c, Store: s, Profile: "standard"}
+			})
+		})
+	}
+}
+
+func TestFiles(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			filetest.TestFileService(t, func(t *testing.T) *filetest.Env {
+				s, blobs := b.open(t)
+				return newFilesEnv(t, s, blobs)
+			})
+		})
+	}
+}
+
+// newFilesEnv is the controller's files over s and blobs, with an agent
+// that serves the computers it starts.
+func newFilesEnv(t *testing.T, s bothy.Store, blobs bothy.BlobStore) *filetest.Env {
+	t.Helper()
+	c := newController(s)
+	const maxFile, maxBatch = 1 << 16, 8
+	files := c.Files(workspace.New(s, blobs, workspace.Options{MaxFileSize: maxFile, MaxBatch: maxBatch, Runtime: c}))
+	for _, id := range []string{"t1", "t2"} {
+		tn, err := bothy.NewTenant(id, id)
+		if err != nil {
+			t.Fatal(err)
+		} else if err := s.CreateTenant(t.Context(), tn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agent := runtimetest.StartAgent(t, c, agentToken, "a", blobs)
+	n := 0
+	return &filetest.Env{
+		Files: files, TenantID: "t1", Other: files, OtherTenantID: "t2", MaxFileSize: maxFile, MaxBatch: maxBatch,
+		NewComputer: func(t *testing.T) string {
+			n++
+			comp := &bothy.Computer{ID: fmt.Sprintf("cmp%d", n), TenantID: "t1", Owner: "o", Profile: "standard", State: bothy.StateCold}
+			if err := s.CreateComputer(t.Context(), comp); err != nil {
+				t.Fatal(err)
+			}
+			return comp.ID
+		},
+		Activate: func(t *testing.T, id string) {
+			cmd, _, err := c.RunCommand(t.Context(), "t1", id, bothy.RunRequest{Argv: []string{"true"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			agent.Finish(t, "t1", cmd.ID, bothy.CommandCompleted, 0)
+			if comp, err := s.FindComputer(t.Context(), "t1", id); err != nil || comp.State != bothy.StateActive {
+				t.Fatalf("computer %+v, %v; want it active", comp, err)
+			}
+		},
+	}
+}
