@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/computetest"
 	"github.com/bothyhq/bothy/control"
 	"github.com/bothyhq/bothy/filetest"
 	"github.com/bothyhq/bothy/gcs/gcstest"
@@ -84,26 +85,11 @@ func newFilesEnv(t *testing.T, s bothy.Store, blobs bothy.BlobStore) *filetest.E
 	c := newController(s)
 	const maxFile, maxBatch = 1 << 16, 8
 	files := c.Files(workspace.New(s, blobs, workspace.Options{MaxFileSize: maxFile, MaxBatch: maxBatch, Runtime: c}))
-	for _, id := range []string{"t1", "t2"} {
-		tn, err := bothy.NewTenant(id, id)
-		if err != nil {
-			t.Fatal(err)
-		} else if err := s.CreateTenant(t.Context(), tn); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createTenants(t, s, "t1", "t2")
 	agent := runtimetest.StartAgent(t, c, agentToken, "a", blobs)
-	n := 0
 	return &filetest.Env{
 		Files: files, TenantID: "t1", Other: files, OtherTenantID: "t2", MaxFileSize: maxFile, MaxBatch: maxBatch,
-		NewComputer: func(t *testing.T) string {
-			n++
-			comp := &bothy.Computer{ID: fmt.Sprintf("cmp%d", n), TenantID: "t1", Owner: "o", Profile: "standard", State: bothy.StateCold}
-			if err := s.CreateComputer(t.Context(), comp); err != nil {
-				t.Fatal(err)
-			}
-			return comp.ID
-		},
+		NewComputer: computers(s, "t1"),
 		Activate: func(t *testing.T, id string) {
 			cmd, _, err := c.RunCommand(t.Context(), "t1", id, bothy.RunRequest{Argv: []string{"true"}})
 			if err != nil {
@@ -114,5 +100,49 @@ func newFilesEnv(t *testing.T, s bothy.Store, blobs bothy.BlobStore) *filetest.E
 				t.Fatalf("computer %+v, %v; want it active", comp, err)
 			}
 		},
+	}
+}
+
+func TestCompute(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			computetest.TestComputeService(t, func(t *testing.T) *computetest.Env {
+				s, blobs := b.open(t)
+				c := newController(s)
+				createTenants(t, s, "t1", "t2")
+				return &computetest.Env{
+					Compute: c, TenantID: "t1", Other: c, OtherTenantID: "t2",
+					NewComputer: computers(s, "t1"), Runtime: runtimetest.StartAgent(t, c, agentToken, "a", blobs),
+				}
+			})
+		})
+	}
+}
+
+// createTenants stores a tenant of each id.
+func createTenants(t *testing.T, s bothy.Store, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		tn, err := bothy.NewTenant(id, id)
+		if err != nil {
+			t.Fatal(err)
+		} else if err := s.CreateTenant(t.Context(), tn); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// computers returns a function that stores a new cold computer of the
+// tenant and returns its id.
+func computers(s bothy.Store, tenantID string) func(t *testing.T) string {
+	n := 0
+	return func(t *testing.T) string {
+		t.Helper()
+		n++
+		comp := &bothy.Computer{ID: fmt.Sprintf("cmp%d", n), TenantID: tenantID, Owner: "o", Profile: "standard", State: bothy.StateCold}
+		if err := s.CreateComputer(t.Context(), comp); err != nil {
+			t.Fatal(err)
+		}
+		return comp.ID
 	}
 }

@@ -48,6 +48,7 @@ type agentLease struct {
 type agentCommand struct {
 	leaseID string
 	lastSeq int64
+	running bool // reported running: Emit and Finish may go ahead
 	ended   bool
 }
 
@@ -197,7 +198,13 @@ func (a *Agent) command(ctx context.Context, w *runtime.LeaseWork, cw *runtime.C
 		if !known {
 			r = &runtime.Report{State: runtime.ReportNeverSeen}
 		}
-		a.fail(ctx, "report "+r.State, a.ctl.Report(ctx, w.Credential, cw.CommandID, r))
+		err := a.ctl.Report(ctx, w.Credential, cw.CommandID, r)
+		a.fail(ctx, "report "+r.State, err)
+		if known && err == nil {
+			a.mu.Lock()
+			a.commands[cw.CommandID].running = true
+			a.mu.Unlock()
+		}
 	case runtime.ActCancel:
 		if known {
 			r := &runtime.Report{State: runtime.ReportFinished, Exit: &runtime.Exit{ExecResult: bothy.ExecResult{ExitCode: -1}, Cancelled: true}, LastSeq: last}
@@ -270,7 +277,7 @@ func (a *Agent) running(t *testing.T, commandID string) (*agentCommand, string) 
 		a.mu.Lock()
 		c, wake := a.commands[commandID], a.wake
 		var cred string
-		if c != nil && !c.ended && a.leases[c.leaseID] != nil {
+		if c != nil && c.running && !c.ended && a.leases[c.leaseID] != nil {
 			cred = a.leases[c.leaseID].work.Credential
 		}
 		a.mu.Unlock()
