@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/computetest"
@@ -99,6 +100,14 @@ func newFilesEnv(t *testing.T, s bothy.Store, blobs bothy.BlobStore) *filetest.E
 			if comp, err := s.FindComputer(t.Context(), "t1", id); err != nil || comp.State != bothy.StateActive {
 				t.Fatalf("computer %+v, %v; want it active", comp, err)
 			}
+			// Stopped after its subtest: a poll answers for every lease.
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if _, err := c.StopComputer(ctx, "t1", id); err != nil {
+					t.Errorf("stop %s: %v", id, err)
+				}
+			})
 		},
 	}
 }

@@ -1,6 +1,7 @@
 package http_test
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -81,6 +82,14 @@ func TestClient_FileService(t *testing.T) {
 						if c, err := e.acme.FindComputer(t.Context(), id); err != nil || c.State != bothy.StateActive {
 							t.Fatalf("computer %+v, %v; want it active", c, err)
 						}
+						// Stopped after its subtest: a poll answers for every lease.
+						t.Cleanup(func() {
+							ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+							defer cancel()
+							if _, err := e.acme.StopComputer(ctx, id); err != nil {
+								t.Errorf("stop %s: %v", id, err)
+							}
+						})
 					},
 				}
 			})
