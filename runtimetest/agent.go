@@ -194,9 +194,9 @@ func (a *Agent) command(ctx context.Context, w *runtime.LeaseWork, cw *runtime.C
 	a.mu.Unlock()
 	switch cw.Action {
 	case runtime.ActRun, runtime.ActStatus:
-		r := &runtime.Report{State: runtime.ReportRunning, LastSeq: last}
+		r := &runtime.Report{State: bothy.RunRunning, LastSeq: last}
 		if !known {
-			r = &runtime.Report{State: runtime.ReportNeverSeen}
+			r = &runtime.Report{State: bothy.RunNeverSeen}
 		}
 		err := a.ctl.Report(ctx, w.Credential, cw.CommandID, r)
 		a.fail(ctx, "report "+r.State, err)
@@ -207,7 +207,7 @@ func (a *Agent) command(ctx context.Context, w *runtime.LeaseWork, cw *runtime.C
 		}
 	case runtime.ActCancel:
 		if known {
-			r := &runtime.Report{State: runtime.ReportFinished, Exit: &runtime.Exit{ExecResult: bothy.ExecResult{ExitCode: -1}, Cancelled: true}, LastSeq: last}
+			r := &runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{ExecResult: bothy.ExecResult{ExitCode: -1}, Cancelled: true}, LastSeq: last}
 			a.fail(ctx, "report cancelled", a.ctl.Report(ctx, w.Credential, cw.CommandID, r))
 		}
 	}
@@ -321,7 +321,7 @@ func (a *Agent) Finish(t *testing.T, tenantID, commandID, state string, exit int
 	c, cred := a.running(t, commandID)
 	a.mu.Lock()
 	c.ended = true
-	r := &runtime.Report{State: runtime.ReportFinished, LastSeq: c.lastSeq, Exit: &runtime.Exit{ExecResult: bothy.ExecResult{ExitCode: exit}}}
+	r := &runtime.Report{State: bothy.RunFinished, LastSeq: c.lastSeq, Exit: &bothy.Exit{ExecResult: bothy.ExecResult{ExitCode: exit}}}
 	a.mu.Unlock()
 	switch state {
 	case bothy.CommandCompleted:
@@ -330,9 +330,9 @@ func (a *Agent) Finish(t *testing.T, tenantID, commandID, state string, exit int
 	case bothy.CommandCancelled:
 		r.Exit.Cancelled = true
 	case bothy.CommandFailed:
-		r.State, r.Exit, r.Error = runtime.ReportFailed, nil, "failed by the test"
+		r.State, r.Exit, r.Error = bothy.RunFailed, nil, "failed by the test"
 	case bothy.CommandLost:
-		r.State, r.Exit, r.Error = runtime.ReportLost, nil, "lost by the test"
+		r.State, r.Exit, r.Error = bothy.RunLost, nil, "lost by the test"
 	default:
 		t.Fatalf("runtimetest.Agent: %q is not a state a runtime ends a command in", state)
 	}

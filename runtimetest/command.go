@@ -23,7 +23,7 @@ func (f *fixture) runningN(n int) ([]*bothy.Command, *runtime.LeaseWork) {
 		f.t.Fatalf("%d commands sent to run, want %d", len(w.Commands), n)
 	}
 	for _, cmd := range cmds {
-		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
+		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunRunning}); err != nil {
 			f.t.Fatal(err)
 		}
 	}
@@ -44,7 +44,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 	t.Run("Running", func(t *testing.T) {
 		f := newFixture(t, open)
 		cmd, w := f.running()
-		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
+		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunRunning}); err != nil {
 			t.Fatalf("running again: %v", err)
 		}
 		f.wantState(cmd.ID, bothy.CommandRunning)
@@ -56,11 +56,11 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 			report *runtime.Report
 			state  string
 		}{
-			{&runtime.Report{State: runtime.ReportFinished, Exit: &runtime.Exit{ExecResult: bothy.ExecResult{ExitCode: 3}}}, bothy.CommandCompleted},
-			{&runtime.Report{State: runtime.ReportFinished, Exit: &runtime.Exit{ExecResult: bothy.ExecResult{ExitCode: 137, TimedOut: true}}}, bothy.CommandTimedOut},
-			{&runtime.Report{State: runtime.ReportFinished, Exit: &runtime.Exit{ExecResult: bothy.ExecResult{ExitCode: 137}, Cancelled: true}}, bothy.CommandCancelled},
-			{&runtime.Report{State: runtime.ReportFailed, Error: "no such program"}, bothy.CommandFailed},
-			{&runtime.Report{State: runtime.ReportLost, Error: "supervisor died"}, bothy.CommandLost},
+			{&runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{ExecResult: bothy.ExecResult{ExitCode: 3}}}, bothy.CommandCompleted},
+			{&runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{ExecResult: bothy.ExecResult{ExitCode: 137, TimedOut: true}}}, bothy.CommandTimedOut},
+			{&runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{ExecResult: bothy.ExecResult{ExitCode: 137}, Cancelled: true}}, bothy.CommandCancelled},
+			{&runtime.Report{State: bothy.RunFailed, Error: "no such program"}, bothy.CommandFailed},
+			{&runtime.Report{State: bothy.RunLost, Error: "supervisor died"}, bothy.CommandLost},
 		} {
 			if err := f.Control.Report(f.ctx, w.Credential, cmds[i].ID, c.report); err != nil {
 				t.Fatalf("report %s: %v", c.state, err)
@@ -71,7 +71,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 			t.Errorf("exit code %v, want 3", got.ExitCode)
 		}
 		// A report about a command that ended changes nothing.
-		again := &runtime.Report{State: runtime.ReportFinished, Exit: &runtime.Exit{ExecResult: bothy.ExecResult{ExitCode: 9}}}
+		again := &runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{ExecResult: bothy.ExecResult{ExitCode: 9}}}
 		if err := f.Control.Report(f.ctx, w.Credential, cmds[0].ID, again); err != nil {
 			t.Fatalf("a second end: %v", err)
 		}
@@ -83,13 +83,13 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 		f := newFixture(t, open)
 		cmd, w := f.running()
 		// Finished only once every event up to LastSeq is stored.
-		err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportFinished, Exit: &runtime.Exit{}, LastSeq: 2})
+		err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{}, LastSeq: 2})
 		wantCode(t, err, bothy.ECONFLICT)
 		f.wantState(cmd.ID, bothy.CommandRunning)
 		if _, err := f.Control.AppendEvents(f.ctx, w.Credential, cmd.ID, []bothy.Event{{Seq: 1, Kind: bothy.EventStdout, Data: []byte("a")}, {Seq: 2, Kind: bothy.EventStdout, Data: []byte("b")}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportFinished, Exit: &runtime.Exit{}, LastSeq: 2}); err != nil {
+		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{}, LastSeq: 2}); err != nil {
 			t.Fatal(err)
 		}
 		f.wantState(cmd.ID, bothy.CommandCompleted)
@@ -97,7 +97,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 	t.Run("NeverSeen", func(t *testing.T) {
 		f := newFixture(t, open)
 		cmds, w := f.runningN(1)
-		err := f.Control.Report(f.ctx, w.Credential, cmds[0].ID, &runtime.Report{State: runtime.ReportNeverSeen})
+		err := f.Control.Report(f.ctx, w.Credential, cmds[0].ID, &runtime.Report{State: bothy.RunNeverSeen})
 		wantCode(t, err, bothy.ECONFLICT)
 		f.wantState(cmds[0].ID, bothy.CommandRunning)
 		// A command sent to run that the runtime never saw is admitted
@@ -106,7 +106,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 		if w2.LeaseID != w.LeaseID {
 			t.Fatal("a new lease")
 		}
-		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportNeverSeen}); err != nil {
+		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunNeverSeen}); err != nil {
 			t.Fatal(err)
 		}
 		f.wantState(cmd.ID, bothy.CommandAdmitted)
@@ -123,7 +123,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 		_, w := f.running()
 		same, other := f.elsewhere()
 		for _, id := range []string{"cmd_missing", same.ID, other.ID} {
-			err := f.Control.Report(f.ctx, w.Credential, id, &runtime.Report{State: runtime.ReportRunning})
+			err := f.Control.Report(f.ctx, w.Credential, id, &runtime.Report{State: bothy.RunRunning})
 			wantCode(t, err, bothy.ENOTFOUND)
 		}
 		if got := f.command(same.ID); got.State != bothy.CommandAdmitted {
@@ -133,7 +133,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 	t.Run("ErrUnauthorized", func(t *testing.T) {
 		f := newFixture(t, open)
 		cmd, w := f.running()
-		err := f.Control.Report(f.ctx, w.Credential+"x", cmd.ID, &runtime.Report{State: runtime.ReportLost})
+		err := f.Control.Report(f.ctx, w.Credential+"x", cmd.ID, &runtime.Report{State: bothy.RunLost})
 		wantCode(t, err, bothy.EUNAUTHORIZED)
 		f.wantState(cmd.ID, bothy.CommandRunning)
 	})
@@ -172,7 +172,7 @@ func testAppendEvents(t *testing.T, open func(t *testing.T) *Env) {
 		_, err := f.Control.AppendEvents(f.ctx, w.Credential, cmd.ID, []bothy.Event{{Seq: 2, Kind: bothy.EventStdout, Data: []byte("other")}})
 		wantCode(t, err, bothy.ECONFLICT)
 		// A command that ended takes no new events.
-		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportFinished, Exit: &runtime.Exit{}, LastSeq: 2}); err != nil {
+		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{}, LastSeq: 2}); err != nil {
 			t.Fatal(err)
 		}
 		_, err = f.Control.AppendEvents(f.ctx, w.Credential, cmd.ID, []bothy.Event{{Seq: 3, Kind: bothy.EventStdout, Data: []byte("late")}})

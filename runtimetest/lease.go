@@ -163,7 +163,7 @@ func testStaleGeneration(t *testing.T, open func(t *testing.T) *Env) {
 	for _, id := range []string{cmd1.ID, cmd2.ID} {
 		_, err = f.Control.AppendEvents(f.ctx, cred1, id, []bothy.Event{{Seq: 1, Kind: bothy.EventStdout, Data: []byte("x")}})
 		wantCode(t, err, bothy.ECONFLICT)
-		err = f.Control.Report(f.ctx, cred1, id, &runtime.Report{State: runtime.ReportFinished, Exit: &runtime.Exit{}})
+		err = f.Control.Report(f.ctx, cred1, id, &runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{}})
 		wantCode(t, err, bothy.ECONFLICT)
 	}
 	if got := f.wantState(cmd2.ID, bothy.CommandDispatched); got.LastSeq != 0 {
@@ -173,13 +173,13 @@ func testStaleGeneration(t *testing.T, open func(t *testing.T) *Env) {
 		t.Fatalf("the stale runtime committed revision %d", c.Revision)
 	}
 	cred2 := w2.Credential
-	if err := f.Control.Report(f.ctx, cred2, cmd2.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
+	if err := f.Control.Report(f.ctx, cred2, cmd2.ID, &runtime.Report{State: bothy.RunRunning}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.Control.Commit(f.ctx, cred2, &runtime.CommitRequest{Base: 0, RootDigest: root(1)}); err != nil {
 		t.Fatalf("the current generation's commit: %v", err)
 	}
-	if err := f.Control.Report(f.ctx, cred2, cmd2.ID, &runtime.Report{State: runtime.ReportFinished, Exit: &runtime.Exit{}}); err != nil {
+	if err := f.Control.Report(f.ctx, cred2, cmd2.ID, &runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{}}); err != nil {
 		t.Fatal(err)
 	}
 	f.wantState(cmd2.ID, bothy.CommandCompleted)

@@ -61,7 +61,7 @@ func testPoll(t *testing.T, open func(t *testing.T) *Env) {
 		if again := f.poll(held(w)); len(again.Commands) != 0 {
 			t.Fatalf("a command is sent to run twice: %+v", again.Commands)
 		}
-		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
+		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunRunning}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.Control.AppendEvents(f.ctx, w.Credential, cmd.ID, []bothy.Event{{Seq: 1, Kind: bothy.EventStdout, Data: []byte("x")}, {Seq: 2, Kind: bothy.EventStdout, Data: []byte("y")}}); err != nil {
@@ -82,8 +82,8 @@ func testPoll(t *testing.T, open func(t *testing.T) *Env) {
 		if !slices.ContainsFunc(w.Commands, func(c *runtime.CommandWork) bool { return c.CommandID == cmd.ID && c.Action == runtime.ActCancel }) {
 			t.Fatalf("after a cancel: %+v, want a cancel of %s", w.Commands, cmd.ID)
 		}
-		exit := &runtime.Exit{ExecResult: bothy.ExecResult{ExitCode: 137}, Cancelled: true}
-		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportFinished, Exit: exit}); err != nil {
+		exit := &bothy.Exit{ExecResult: bothy.ExecResult{ExitCode: 137}, Cancelled: true}
+		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunFinished, Exit: exit}); err != nil {
 			t.Fatal(err)
 		}
 		f.wantState(cmd.ID, bothy.CommandCancelled)

@@ -145,7 +145,7 @@ func (f *fixture) ready() (*bothy.Command, *runtime.LeaseWork) {
 func (f *fixture) running() (*bothy.Command, *runtime.LeaseWork) {
 	f.t.Helper()
 	cmd, w := f.ready()
-	if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: runtime.ReportRunning}); err != nil {
+	if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunRunning}); err != nil {
 		f.t.Fatalf("Report(running): %v", err)
 	}
 	f.wantState(cmd.ID, bothy.CommandRunning)
