@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 // Env is a compute service under test and the means to give it computers.
@@ -130,14 +131,6 @@ func soon(t *testing.T, what string, ch <-chan struct{}) {
 	}
 }
 
-// wantCode fails the test unless err carries the domain error code.
-func wantCode(t *testing.T, err error, code string) {
-	t.Helper()
-	if got := bothy.ErrorCode(err); got != code {
-		t.Fatalf("error code = %q, want %q (err: %v)", got, code, err)
-	}
-}
-
 // wantCtxErr fails the test unless err is ctx's error.
 func wantCtxErr(t *testing.T, ctx context.Context, err error) {
 	t.Helper()
@@ -178,7 +171,7 @@ func testRunCommand(t *testing.T, e *Env) {
 		f := newFixture(t, e)
 		for _, req := range []bothy.RunRequest{{}, {Argv: []string{"true"}, Script: "true"}, {Argv: []string{"true"}, TimeoutMS: -1}} {
 			_, _, err := f.Compute.RunCommand(f.ctx, f.TenantID, f.id, req)
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 		}
 	})
 	t.Run("ErrConflict", func(t *testing.T) {
@@ -187,14 +180,14 @@ func testRunCommand(t *testing.T, e *Env) {
 			t.Fatal(err)
 		}
 		_, _, err := f.Compute.RunCommand(f.ctx, f.TenantID, f.id, bothy.RunRequest{Argv: []string{"true"}})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := newFixture(t, e)
 		_, _, err := f.Compute.RunCommand(f.ctx, f.TenantID, "cmp_missing", bothy.RunRequest{Argv: []string{"true"}})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, _, err = f.Other.RunCommand(f.ctx, f.OtherTenantID, f.id, bothy.RunRequest{Argv: []string{"true"}})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 }
 
@@ -238,9 +231,9 @@ func testWaitCommand(t *testing.T, e *Env) {
 		f := newFixture(t, e)
 		cmd := f.run("true")
 		_, err := f.Compute.WaitCommand(f.ctx, f.TenantID, "cmd_missing")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = f.Other.WaitCommand(f.ctx, f.OtherTenantID, cmd.ID)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 }
 
@@ -283,8 +276,8 @@ func testWaitEvents(t *testing.T, e *Env) {
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := newFixture(t, e)
 		cmd := f.run("true")
-		wantCode(t, f.Compute.WaitEvents(f.ctx, f.TenantID, "cmd_missing", 0), bothy.ENOTFOUND)
-		wantCode(t, f.Other.WaitEvents(f.ctx, f.OtherTenantID, cmd.ID, 0), bothy.ENOTFOUND)
+		storetest.WantCode(t, f.Compute.WaitEvents(f.ctx, f.TenantID, "cmd_missing", 0), bothy.ENOTFOUND)
+		storetest.WantCode(t, f.Other.WaitEvents(f.ctx, f.OtherTenantID, cmd.ID, 0), bothy.ENOTFOUND)
 	})
 }
 
@@ -313,9 +306,9 @@ func testCancelCommand(t *testing.T, e *Env) {
 		f := newFixture(t, e)
 		cmd := f.run("true")
 		_, err := f.Compute.CancelCommand(f.ctx, f.TenantID, "cmd_missing")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = f.Other.CancelCommand(f.ctx, f.OtherTenantID, cmd.ID)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		f.Runtime.Finish(t, f.TenantID, cmd.ID, bothy.CommandCompleted, 0)
 		if got := f.wait(cmd.ID); got.State != bothy.CommandCompleted {
 			t.Fatalf("another tenant's cancel: the command ended %s", got.State)
@@ -349,14 +342,14 @@ func testStopComputer(t *testing.T, e *Env) {
 			t.Fatal(err)
 		}
 		_, err := f.Compute.StopComputer(f.ctx, f.TenantID, f.id)
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := newFixture(t, e)
 		_, err := f.Compute.StopComputer(f.ctx, f.TenantID, "cmp_missing")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = f.Other.StopComputer(f.ctx, f.OtherTenantID, f.id)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 }
 
@@ -376,9 +369,9 @@ func testDestroyComputer(t *testing.T, e *Env) {
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := newFixture(t, e)
 		_, err := f.Compute.DestroyComputer(f.ctx, f.TenantID, "cmp_missing")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = f.Other.DestroyComputer(f.ctx, f.OtherTenantID, f.id)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		if c, err := f.Compute.StopComputer(f.ctx, f.TenantID, f.id); err != nil || c.State != bothy.StateCold {
 			t.Fatalf("another tenant's destroy: %+v, %v", c, err)
 		}
@@ -404,8 +397,8 @@ func testCheckpoint(t *testing.T, e *Env) {
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := newFixture(t, e)
 		_, err := f.Compute.Checkpoint(f.ctx, f.TenantID, "cmp_missing")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		_, err = f.Other.Checkpoint(f.ctx, f.OtherTenantID, f.id)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 }

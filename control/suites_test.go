@@ -1,13 +1,10 @@
 package control_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/computetest"
@@ -15,10 +12,8 @@ import (
 	"github.com/bothyhq/bothy/filetest"
 	"github.com/bothyhq/bothy/gcs/gcstest"
 	"github.com/bothyhq/bothy/localblob"
-	"github.com/bothyhq/bothy/postgres"
-	"github.com/bothyhq/bothy/postgres/pgtest"
 	"github.com/bothyhq/bothy/runtimetest"
-	"github.com/bothyhq/bothy/sqlite"
+	"github.com/bothyhq/bothy/storetest"
 	"github.com/bothyhq/bothy/workspace"
 )
 
@@ -28,24 +23,14 @@ var backends = []struct {
 	open func(t *testing.T) (bothy.Store, bothy.BlobStore)
 }{
 	{"SQLite", func(t *testing.T) (bothy.Store, bothy.BlobStore) {
-		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "bothy.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
 		blobs, err := localblob.Open(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s, blobs
+		return storetest.OpenSQLite(t), blobs
 	}},
 	{"PostgreSQL", func(t *testing.T) (bothy.Store, bothy.BlobStore) {
-		s, err := postgres.Open(context.Background(), pgtest.URL(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
-		return s, gcstest.New(t)
+		return storetest.OpenPostgres(t), gcstest.New(t)
 	}},
 }
 
@@ -91,24 +76,7 @@ func newFilesEnv(t *testing.T, s bothy.Store, blobs bothy.BlobStore) *filetest.E
 	return &filetest.Env{
 		Files: files, TenantID: "t1", Other: files, OtherTenantID: "t2", MaxFileSize: maxFile, MaxBatch: maxBatch,
 		NewComputer: computers(s, "t1"),
-		Activate: func(t *testing.T, id string) {
-			cmd, _, err := c.RunCommand(t.Context(), "t1", id, bothy.RunRequest{Argv: []string{"true"}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			agent.Finish(t, "t1", cmd.ID, bothy.CommandCompleted, 0)
-			if comp, err := s.FindComputer(t.Context(), "t1", id); err != nil || comp.State != bothy.StateActive {
-				t.Fatalf("computer %+v, %v; want it active", comp, err)
-			}
-			// Stopped after its subtest: a poll answers for every lease.
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				if _, err := c.StopComputer(ctx, "t1", id); err != nil {
-					t.Errorf("stop %s: %v", id, err)
-				}
-			})
-		},
+		Activate:    func(t *testing.T, id string) { agent.Activate(t, c, "t1", id) },
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 // Env is a file service under test and the means to give it computers.
@@ -182,7 +183,7 @@ func (f *fixture) mkdir(p string) *bothy.Revision {
 func (f *fixture) missing(p string) {
 	f.t.Helper()
 	_, err := f.Files.Lstat(f.ctx, f.TenantID, f.id, p)
-	wantCode(f.t, err, bothy.ENOTFOUND)
+	storetest.WantCode(f.t, err, bothy.ENOTFOUND)
 }
 
 // current returns the current revision number, learned from a mutation
@@ -202,14 +203,6 @@ func (f *fixture) wantRevision(rev *bothy.Revision, n int64) {
 	f.t.Helper()
 	if rev == nil || rev.Number != n || rev.ComputerID != f.id {
 		f.t.Fatalf("revision %+v, want number %d of %s", rev, n, f.id)
-	}
-}
-
-// wantCode fails the test unless err carries the domain error code.
-func wantCode(t *testing.T, err error, code string) {
-	t.Helper()
-	if got := bothy.ErrorCode(err); got != code {
-		t.Fatalf("error code = %q, want %q (err: %v)", got, code, err)
 	}
 }
 

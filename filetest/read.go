@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 func testReadFile(t *testing.T, open opener) {
@@ -48,29 +49,29 @@ func testReadFile(t *testing.T, open opener) {
 		f := open(t)
 		f.mkdir("d")
 		_, _, err := f.Files.ReadFile(f.ctx, f.TenantID, f.id, "d", 0, -1)
-		wantCode(t, err, bothy.EISDIR)
+		storetest.WantCode(t, err, bothy.EISDIR)
 		_, _, err = f.Files.ReadFile(f.ctx, f.TenantID, f.id, "/", 0, -1)
-		wantCode(t, err, bothy.EISDIR)
+		storetest.WantCode(t, err, bothy.EISDIR)
 	})
 	t.Run("ErrInvalid", func(t *testing.T) {
 		f := open(t)
 		f.write("f", "x")
 		_, _, err := f.Files.ReadFile(f.ctx, f.TenantID, f.id, "f", -1, -1)
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := open(t)
 		_, _, err := f.Files.ReadFile(f.ctx, f.TenantID, f.id, "missing", 0, -1)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		f.symlink("missing", "dangling")
 		_, _, err = f.Files.ReadFile(f.ctx, f.TenantID, f.id, "dangling", 0, -1)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 	t.Run("ErrNotDir", func(t *testing.T) {
 		f := open(t)
 		f.write("f", "x")
 		_, _, err := f.Files.ReadFile(f.ctx, f.TenantID, f.id, "f/g", 0, -1)
-		wantCode(t, err, bothy.ENOTDIR)
+		storetest.WantCode(t, err, bothy.ENOTDIR)
 	})
 }
 
@@ -108,20 +109,20 @@ func testStat(t *testing.T, open opener) {
 		f := open(t)
 		f.symlink("nowhere", "dangling")
 		_, err := f.Files.Stat(f.ctx, f.TenantID, f.id, "dangling")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		if fi := f.lstat("dangling"); fi.Type != bothy.FileTypeSymlink || fi.Target != "nowhere" {
 			t.Errorf("Lstat(dangling) = %+v", fi)
 		}
 		_, err = f.Files.Stat(f.ctx, f.TenantID, f.id, "missing")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 	t.Run("ErrNotDir", func(t *testing.T) {
 		f := open(t)
 		f.write("f", "x")
 		_, err := f.Files.Stat(f.ctx, f.TenantID, f.id, "f/g")
-		wantCode(t, err, bothy.ENOTDIR)
+		storetest.WantCode(t, err, bothy.ENOTDIR)
 		_, err = f.Files.Lstat(f.ctx, f.TenantID, f.id, "f/g")
-		wantCode(t, err, bothy.ENOTDIR)
+		storetest.WantCode(t, err, bothy.ENOTDIR)
 	})
 }
 
@@ -182,12 +183,12 @@ func testReadDir(t *testing.T, open opener) {
 		f := open(t)
 		f.write("f", "x")
 		_, err := f.Files.ReadDir(f.ctx, f.TenantID, f.id, "f", bothy.ReadDirOptions{})
-		wantCode(t, err, bothy.ENOTDIR)
+		storetest.WantCode(t, err, bothy.ENOTDIR)
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := open(t)
 		_, err := f.Files.ReadDir(f.ctx, f.TenantID, f.id, "missing", bothy.ReadDirOptions{})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 }
 
@@ -231,7 +232,7 @@ func testGlob(t *testing.T, open opener) {
 		f := open(t)
 		for _, pattern := range []string{"[", "a/[b", strings.Repeat("**/d/", 9) + "x"} {
 			_, err := f.Files.Glob(f.ctx, f.TenantID, f.id, pattern, 0)
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 		}
 	})
 }
@@ -303,11 +304,11 @@ func testGrep(t *testing.T, open opener) {
 	t.Run("ErrInvalid", func(t *testing.T) {
 		f := open(t)
 		_, err := f.Files.Grep(f.ctx, f.TenantID, f.id, bothy.GrepOptions{Pattern: "("})
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := open(t)
 		_, err := f.Files.Grep(f.ctx, f.TenantID, f.id, bothy.GrepOptions{Pattern: "x", Path: "missing"})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 }

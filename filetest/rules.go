@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 // testPaths checks the path rules every method shares.
@@ -58,9 +59,9 @@ func testPaths(t *testing.T, open opener) {
 		f := open(t)
 		f.write("f", "x")
 		_, err := f.Files.ReadDir(f.ctx, f.TenantID, f.id, "f/sub", bothy.ReadDirOptions{})
-		wantCode(t, err, bothy.ENOTDIR)
+		storetest.WantCode(t, err, bothy.ENOTDIR)
 		_, err = f.Files.Mkdir(f.ctx, f.TenantID, f.id, "f/sub", bothy.MkdirOptions{Parents: true})
-		wantCode(t, err, bothy.ENOTDIR)
+		storetest.WantCode(t, err, bothy.ENOTDIR)
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 func testWriteFile(t *testing.T, open opener) {
@@ -83,14 +84,14 @@ func testWriteFile(t *testing.T, open opener) {
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := open(t)
 		_, err := write(f, "missing/f", "x", bothy.WriteOptions{})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		f.missing("missing")
 	})
 	t.Run("ErrIsDir", func(t *testing.T) {
 		f := open(t)
 		f.mkdir("d")
 		_, err := write(f, "d", "x", bothy.WriteOptions{})
-		wantCode(t, err, bothy.EISDIR)
+		storetest.WantCode(t, err, bothy.EISDIR)
 	})
 	t.Run("ErrConflict", func(t *testing.T) {
 		f := open(t)
@@ -99,7 +100,7 @@ func testWriteFile(t *testing.T, open opener) {
 		f.mkdir("d")
 		for _, p := range []string{"f", "dangling", "d"} {
 			_, err := write(f, p, "y", bothy.WriteOptions{Exclusive: true})
-			wantCode(t, err, bothy.ECONFLICT)
+			storetest.WantCode(t, err, bothy.ECONFLICT)
 		}
 		if got := f.read("f"); got != "x" {
 			t.Errorf("an exclusive write changed the file: %q", got)
@@ -113,13 +114,13 @@ func testWriteFile(t *testing.T, open opener) {
 		f := open(t)
 		f.write("f", "x")
 		_, err := write(f, "f/g", "y", bothy.WriteOptions{MkdirParents: true})
-		wantCode(t, err, bothy.ENOTDIR)
+		storetest.WantCode(t, err, bothy.ENOTDIR)
 	})
 	t.Run("ErrTooLarge", func(t *testing.T) {
 		f := open(t)
 		big := bytes.Repeat([]byte("x"), int(f.MaxFileSize)+1)
 		_, err := f.Files.WriteFile(f.ctx, f.TenantID, f.id, "big", bytes.NewReader(big), bothy.WriteOptions{})
-		wantCode(t, err, bothy.ETOOLARGE)
+		storetest.WantCode(t, err, bothy.ETOOLARGE)
 		f.missing("big")
 		if _, err := f.Files.WriteFile(f.ctx, f.TenantID, f.id, "max", bytes.NewReader(big[1:]), bothy.WriteOptions{}); err != nil {
 			t.Fatalf("a file of exactly the limit: %v", err)
@@ -166,9 +167,9 @@ func testMkdir(t *testing.T, open opener) {
 		f.mkdir("d")
 		f.write("f", "x")
 		_, err := f.Files.Mkdir(f.ctx, f.TenantID, f.id, "d", bothy.MkdirOptions{})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 		_, err = f.Files.Mkdir(f.ctx, f.TenantID, f.id, "f", bothy.MkdirOptions{})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 		if f.current() != 2 {
 			t.Error("a failed mkdir committed")
 		}
@@ -177,7 +178,7 @@ func testMkdir(t *testing.T, open opener) {
 		f := open(t)
 		f.write("f", "x")
 		_, err := f.Files.Mkdir(f.ctx, f.TenantID, f.id, "f", bothy.MkdirOptions{Parents: true})
-		wantCode(t, err, bothy.ENOTDIR)
+		storetest.WantCode(t, err, bothy.ENOTDIR)
 		if f.current() != 1 {
 			t.Error("a failed mkdir committed")
 		}
@@ -185,7 +186,7 @@ func testMkdir(t *testing.T, open opener) {
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := open(t)
 		_, err := f.Files.Mkdir(f.ctx, f.TenantID, f.id, "x/y", bothy.MkdirOptions{})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		f.missing("x")
 	})
 }
@@ -246,7 +247,7 @@ func testRemove(t *testing.T, open opener) {
 		f := open(t)
 		f.write("d/f", "x")
 		_, err := remove(f, "d", bothy.RemoveOptions{})
-		wantCode(t, err, bothy.ENOTEMPTY)
+		storetest.WantCode(t, err, bothy.ENOTEMPTY)
 		if got := f.read("d/f"); got != "x" {
 			t.Errorf("content %q", got)
 		}
@@ -254,14 +255,14 @@ func testRemove(t *testing.T, open opener) {
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := open(t)
 		_, err := remove(f, "missing", bothy.RemoveOptions{})
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 	t.Run("ErrInvalid", func(t *testing.T) {
 		f := open(t)
 		f.write("f", "x")
 		for _, root := range []string{"", "/", "."} {
 			_, err := remove(f, root, bothy.RemoveOptions{Recursive: true, Force: true})
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 		}
 		if got := f.read("f"); got != "x" {
 			t.Errorf("content %q", got)
@@ -328,29 +329,29 @@ func testRename(t *testing.T, open opener) {
 		f.write("d1/x", "x")
 		f.write("d2/y", "y")
 		_, err := rename(f, "d1", "d2")
-		wantCode(t, err, bothy.ENOTEMPTY)
+		storetest.WantCode(t, err, bothy.ENOTEMPTY)
 	})
 	t.Run("ErrIsDir", func(t *testing.T) {
 		f := open(t)
 		f.write("f", "x")
 		f.mkdir("d")
 		_, err := rename(f, "f", "d")
-		wantCode(t, err, bothy.EISDIR)
+		storetest.WantCode(t, err, bothy.EISDIR)
 	})
 	t.Run("ErrNotDir", func(t *testing.T) {
 		f := open(t)
 		f.write("f", "x")
 		f.mkdir("d")
 		_, err := rename(f, "d", "f")
-		wantCode(t, err, bothy.ENOTDIR)
+		storetest.WantCode(t, err, bothy.ENOTDIR)
 	})
 	t.Run("ErrInvalid", func(t *testing.T) {
 		f := open(t)
 		f.write("d/x", "x")
 		_, err := rename(f, "d", "d/sub")
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		_, err = rename(f, "/", "elsewhere")
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		if got := f.read("d/x"); got != "x" {
 			t.Errorf("content %q", got)
 		}
@@ -358,7 +359,7 @@ func testRename(t *testing.T, open opener) {
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := open(t)
 		_, err := rename(f, "missing", "to")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		f.missing("to")
 	})
 }
@@ -382,14 +383,14 @@ func testSymlink(t *testing.T, open opener) {
 		f.symlink("f", "link")
 		for _, p := range []string{"f", "link"} {
 			_, err := f.Files.Symlink(f.ctx, f.TenantID, f.id, "other", p)
-			wantCode(t, err, bothy.ECONFLICT)
+			storetest.WantCode(t, err, bothy.ECONFLICT)
 		}
 	})
 	t.Run("ErrInvalid", func(t *testing.T) {
 		f := open(t)
 		for _, target := range []string{"", "a\x00b"} {
 			_, err := f.Files.Symlink(f.ctx, f.TenantID, f.id, target, "link")
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 		}
 		f.missing("link")
 	})
@@ -398,13 +399,13 @@ func testSymlink(t *testing.T, open opener) {
 		f.write("f", "x")
 		for _, p := range []string{"f", "/"} {
 			_, err := f.Files.Readlink(f.ctx, f.TenantID, f.id, p)
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 		}
 	})
 	t.Run("Readlink/ErrNotFound", func(t *testing.T) {
 		f := open(t)
 		_, err := f.Files.Readlink(f.ctx, f.TenantID, f.id, "missing")
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 }
 
@@ -441,12 +442,12 @@ func testChmod(t *testing.T, open opener) {
 	t.Run("ErrInvalid", func(t *testing.T) {
 		f := open(t)
 		_, err := f.Files.Chmod(f.ctx, f.TenantID, f.id, "/", 0o700)
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := open(t)
 		_, err := f.Files.Chmod(f.ctx, f.TenantID, f.id, "missing", 0o700)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 	})
 }
 
@@ -493,7 +494,7 @@ func testApply(t *testing.T, open opener) {
 			{Op: bothy.FileOpRemove, Path: "missing"},
 		}
 		_, err := f.Files.Apply(f.ctx, f.TenantID, f.id, ops)
-		wantCode(t, err, bothy.ENOTFOUND)
+		storetest.WantCode(t, err, bothy.ENOTFOUND)
 		if !strings.Contains(bothy.ErrorMessage(err), "2") {
 			t.Errorf("the error %q does not name the failing op's index, 2", bothy.ErrorMessage(err))
 		}
@@ -508,9 +509,9 @@ func testApply(t *testing.T, open opener) {
 	t.Run("ErrInvalid", func(t *testing.T) {
 		f := open(t)
 		_, err := f.Files.Apply(f.ctx, f.TenantID, f.id, nil)
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		_, err = f.Files.Apply(f.ctx, f.TenantID, f.id, []bothy.FileOp{{Op: "truncate", Path: "f"}})
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 	})
 	t.Run("ErrTooLarge", func(t *testing.T) {
 		f := open(t)
@@ -519,7 +520,7 @@ func testApply(t *testing.T, open opener) {
 			ops = append(ops, bothy.FileOp{Op: bothy.FileOpWrite, Path: fmt.Sprintf("f%d", i)})
 		}
 		_, err := f.Files.Apply(f.ctx, f.TenantID, f.id, ops)
-		wantCode(t, err, bothy.ETOOLARGE)
+		storetest.WantCode(t, err, bothy.ETOOLARGE)
 		f.missing("f0")
 		if _, err := f.Files.Apply(f.ctx, f.TenantID, f.id, ops[:f.MaxBatch]); err != nil {
 			t.Fatalf("a batch of exactly the limit: %v", err)

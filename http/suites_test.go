@@ -1,7 +1,6 @@
 package http_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -73,24 +72,7 @@ func TestClient_FileService(t *testing.T) {
 				return &filetest.Env{
 					Files: e.acme, TenantID: "acme", Other: e.other, OtherTenantID: "other",
 					NewComputer: e.newComputer, MaxFileSize: maxFile, MaxBatch: maxBatch,
-					Activate: func(t *testing.T, id string) {
-						cmd, _, err := compute.RunCommand(t.Context(), "", id, bothy.RunRequest{Argv: []string{"true"}})
-						if err != nil {
-							t.Fatal(err)
-						}
-						e.agent.Finish(t, "acme", cmd.ID, bothy.CommandCompleted, 0)
-						if c, err := e.acme.FindComputer(t.Context(), id); err != nil || c.State != bothy.StateActive {
-							t.Fatalf("computer %+v, %v; want it active", c, err)
-						}
-						// Stopped after its subtest: a poll answers for every lease.
-						t.Cleanup(func() {
-							ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-							defer cancel()
-							if _, err := e.acme.StopComputer(ctx, id); err != nil {
-								t.Errorf("stop %s: %v", id, err)
-							}
-						})
-					},
+					Activate: func(t *testing.T, id string) { e.agent.Activate(t, compute, "acme", id) },
 				}
 			})
 		})

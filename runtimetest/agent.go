@@ -340,3 +340,23 @@ func (a *Agent) Finish(t *testing.T, tenantID, commandID, state string, exit int
 		t.Fatalf("runtimetest.Agent: report %s %s: %v", commandID, state, err)
 	}
 }
+
+// Activate makes a cold computer active through compute, the control
+// plane this agent serves, as the API would: it runs a command, which the
+// agent starts the lease for and ends. The computer is stopped when the
+// test ends, since every poll answers for every lease an agent holds.
+func (a *Agent) Activate(t *testing.T, compute bothy.ComputeService, tenantID, computerID string) {
+	t.Helper()
+	cmd, _, err := compute.RunCommand(t.Context(), tenantID, computerID, bothy.RunRequest{Argv: []string{"true"}})
+	if err != nil {
+		t.Fatalf("runtimetest.Agent: start %s: %v", computerID, err)
+	}
+	a.Finish(t, tenantID, cmd.ID, bothy.CommandCompleted, 0)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := compute.StopComputer(ctx, tenantID, computerID); err != nil {
+			t.Errorf("runtimetest.Agent: stop %s: %v", computerID, err)
+		}
+	})
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/runtime"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 // runningN admits n commands on cmp1, starts its lease and brings them all
@@ -84,7 +85,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 		cmd, w := f.running()
 		// Finished only once every event up to LastSeq is stored.
 		err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{}, LastSeq: 2})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 		f.wantState(cmd.ID, bothy.CommandRunning)
 		if _, err := f.Control.AppendEvents(f.ctx, w.Credential, cmd.ID, []bothy.Event{{Seq: 1, Kind: bothy.EventStdout, Data: []byte("a")}, {Seq: 2, Kind: bothy.EventStdout, Data: []byte("b")}}); err != nil {
 			t.Fatal(err)
@@ -98,7 +99,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 		f := newFixture(t, open)
 		cmds, w := f.runningN(1)
 		err := f.Control.Report(f.ctx, w.Credential, cmds[0].ID, &runtime.Report{State: bothy.RunNeverSeen})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 		f.wantState(cmds[0].ID, bothy.CommandRunning)
 		// A command sent to run that the runtime never saw is admitted
 		// again, for a later lease.
@@ -115,7 +116,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 		f := newFixture(t, open)
 		cmd, w := f.running()
 		err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: "exploded"})
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		f.wantState(cmd.ID, bothy.CommandRunning)
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
@@ -124,7 +125,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 		same, other := f.elsewhere()
 		for _, id := range []string{"cmd_missing", same.ID, other.ID} {
 			err := f.Control.Report(f.ctx, w.Credential, id, &runtime.Report{State: bothy.RunRunning})
-			wantCode(t, err, bothy.ENOTFOUND)
+			storetest.WantCode(t, err, bothy.ENOTFOUND)
 		}
 		if got := f.command(same.ID); got.State != bothy.CommandAdmitted {
 			t.Fatalf("another computer's command is %s", got.State)
@@ -134,7 +135,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 		f := newFixture(t, open)
 		cmd, w := f.running()
 		err := f.Control.Report(f.ctx, w.Credential+"x", cmd.ID, &runtime.Report{State: bothy.RunLost})
-		wantCode(t, err, bothy.EUNAUTHORIZED)
+		storetest.WantCode(t, err, bothy.EUNAUTHORIZED)
 		f.wantState(cmd.ID, bothy.CommandRunning)
 	})
 }
@@ -170,19 +171,19 @@ func testAppendEvents(t *testing.T, open func(t *testing.T) *Env) {
 			t.Fatal(err)
 		}
 		_, err := f.Control.AppendEvents(f.ctx, w.Credential, cmd.ID, []bothy.Event{{Seq: 2, Kind: bothy.EventStdout, Data: []byte("other")}})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 		// A command that ended takes no new events.
 		if err := f.Control.Report(f.ctx, w.Credential, cmd.ID, &runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{}, LastSeq: 2}); err != nil {
 			t.Fatal(err)
 		}
 		_, err = f.Control.AppendEvents(f.ctx, w.Credential, cmd.ID, []bothy.Event{{Seq: 3, Kind: bothy.EventStdout, Data: []byte("late")}})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 	})
 	t.Run("ErrInvalid", func(t *testing.T) {
 		f := newFixture(t, open)
 		cmd, w := f.running()
 		_, err := f.Control.AppendEvents(f.ctx, w.Credential, cmd.ID, []bothy.Event{{Seq: 5, Kind: bothy.EventStdout, Data: []byte("gap")}})
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		if got := f.command(cmd.ID); got.LastSeq != 0 {
 			t.Fatalf("last seq %d after a refused batch", got.LastSeq)
 		}
@@ -193,13 +194,13 @@ func testAppendEvents(t *testing.T, open func(t *testing.T) *Env) {
 		same, other := f.elsewhere()
 		for _, id := range []string{"cmd_missing", same.ID, other.ID} {
 			_, err := f.Control.AppendEvents(f.ctx, w.Credential, id, events)
-			wantCode(t, err, bothy.ENOTFOUND)
+			storetest.WantCode(t, err, bothy.ENOTFOUND)
 		}
 	})
 	t.Run("ErrUnauthorized", func(t *testing.T) {
 		f := newFixture(t, open)
 		cmd, w := f.running()
 		_, err := f.Control.AppendEvents(f.ctx, w.Credential+"x", cmd.ID, events)
-		wantCode(t, err, bothy.EUNAUTHORIZED)
+		storetest.WantCode(t, err, bothy.EUNAUTHORIZED)
 	})
 }

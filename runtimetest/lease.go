@@ -7,6 +7,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/runtime"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 func testCommit(t *testing.T, open func(t *testing.T) *Env) {
@@ -40,7 +41,7 @@ func testCommit(t *testing.T, open func(t *testing.T) *Env) {
 		}
 		for _, base := range []int64{0, 5} {
 			_, err := f.Control.Commit(f.ctx, w.Credential, &runtime.CommitRequest{Base: base, RootDigest: root(2)})
-			wantCode(t, err, bothy.ECONFLICT)
+			storetest.WantCode(t, err, bothy.ECONFLICT)
 		}
 		if c := f.computer(); c.Revision != 1 {
 			t.Errorf("computer at revision %d after refused commits", c.Revision)
@@ -50,7 +51,7 @@ func testCommit(t *testing.T, open func(t *testing.T) *Env) {
 		f := newFixture(t, open)
 		_, w := f.ready()
 		_, err := f.Control.Commit(f.ctx, w.Credential+"x", &runtime.CommitRequest{Base: 0, RootDigest: root(1)})
-		wantCode(t, err, bothy.EUNAUTHORIZED)
+		storetest.WantCode(t, err, bothy.EUNAUTHORIZED)
 	})
 }
 
@@ -113,7 +114,7 @@ func testCheckpointed(t *testing.T, open func(t *testing.T) *Env) {
 		f := newFixture(t, open)
 		_, w := f.ready()
 		err := f.Control.Checkpointed(f.ctx, w.Credential+"x", &runtime.CheckpointedRequest{Checkpoint: 1})
-		wantCode(t, err, bothy.EUNAUTHORIZED)
+		storetest.WantCode(t, err, bothy.EUNAUTHORIZED)
 	})
 }
 
@@ -134,13 +135,13 @@ func testApplied(t *testing.T, open func(t *testing.T) *Env) {
 			t.Fatal(err)
 		}
 		err := f.Control.Applied(f.ctx, w.Credential, &runtime.AppliedRequest{ID: 1})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 	})
 	t.Run("ErrUnauthorized", func(t *testing.T) {
 		f := newFixture(t, open)
 		_, w := f.ready()
 		err := f.Control.Applied(f.ctx, w.Credential+"x", &runtime.AppliedRequest{ID: 1})
-		wantCode(t, err, bothy.EUNAUTHORIZED)
+		storetest.WantCode(t, err, bothy.EUNAUTHORIZED)
 	})
 }
 
@@ -159,12 +160,12 @@ func testStaleGeneration(t *testing.T, open func(t *testing.T) *Env) {
 		t.Fatalf("generation 2: %+v", w2)
 	}
 	_, err := f.Control.Commit(f.ctx, cred1, &runtime.CommitRequest{Base: 0, RootDigest: root(1)})
-	wantCode(t, err, bothy.ECONFLICT)
+	storetest.WantCode(t, err, bothy.ECONFLICT)
 	for _, id := range []string{cmd1.ID, cmd2.ID} {
 		_, err = f.Control.AppendEvents(f.ctx, cred1, id, []bothy.Event{{Seq: 1, Kind: bothy.EventStdout, Data: []byte("x")}})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 		err = f.Control.Report(f.ctx, cred1, id, &runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{}})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 	}
 	if got := f.wantState(cmd2.ID, bothy.CommandDispatched); got.LastSeq != 0 {
 		t.Fatalf("the stale runtime appended to the new command: last seq %d", got.LastSeq)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/runtime"
+	"github.com/bothyhq/bothy/storetest"
 )
 
 func testPoll(t *testing.T, open func(t *testing.T) *Env) {
@@ -15,14 +16,14 @@ func testPoll(t *testing.T, open func(t *testing.T) *Env) {
 		f := newFixture(t, open)
 		for _, tok := range []string{"", "wrong", f.AgentToken + "x"} {
 			_, err := f.Control.Poll(f.ctx, tok, &runtime.PollRequest{AgentID: agentID})
-			wantCode(t, err, bothy.EUNAUTHORIZED)
+			storetest.WantCode(t, err, bothy.EUNAUTHORIZED)
 		}
 	})
 	t.Run("ErrInvalid", func(t *testing.T) {
 		f := newFixture(t, open)
 		for _, id := range []string{"", "no spaces"} {
 			_, err := f.Control.Poll(f.ctx, f.AgentToken, &runtime.PollRequest{AgentID: id})
-			wantCode(t, err, bothy.EINVALID)
+			storetest.WantCode(t, err, bothy.EINVALID)
 		}
 	})
 	t.Run("Lease", func(t *testing.T) {
@@ -161,7 +162,7 @@ func testReady(t *testing.T, open func(t *testing.T) *Env) {
 		w := f.poll()
 		for _, cred := range []string{"", "garbage", w.Credential + "x"} {
 			err := f.Control.Ready(f.ctx, cred, &runtime.ReadyRequest{Host: "h"})
-			wantCode(t, err, bothy.EUNAUTHORIZED)
+			storetest.WantCode(t, err, bothy.EUNAUTHORIZED)
 		}
 		if c := f.computer(); c.State == bothy.StateActive {
 			t.Fatal("a refused ready made the computer active")
@@ -174,7 +175,7 @@ func testReady(t *testing.T, open func(t *testing.T) *Env) {
 			t.Fatal(err)
 		}
 		err := f.Control.Ready(f.ctx, w.Credential, &runtime.ReadyRequest{Host: "h"})
-		wantCode(t, err, bothy.ECONFLICT)
+		storetest.WantCode(t, err, bothy.ECONFLICT)
 	})
 }
 
@@ -229,7 +230,7 @@ func testReleased(t *testing.T, open func(t *testing.T) *Env) {
 		f := newFixture(t, open)
 		_, w := f.ready()
 		err := f.Control.Released(f.ctx, w.Credential, &runtime.ReleaseRequest{Disposition: "vanished"})
-		wantCode(t, err, bothy.EINVALID)
+		storetest.WantCode(t, err, bothy.EINVALID)
 		if got := f.poll(held(w)); got == nil {
 			t.Fatal("a refused release released the lease")
 		}
@@ -238,6 +239,6 @@ func testReleased(t *testing.T, open func(t *testing.T) *Env) {
 		f := newFixture(t, open)
 		_, w := f.ready()
 		err := f.Control.Released(f.ctx, w.Credential+"x", &runtime.ReleaseRequest{Disposition: bothy.LeaseReleased})
-		wantCode(t, err, bothy.EUNAUTHORIZED)
+		storetest.WantCode(t, err, bothy.EUNAUTHORIZED)
 	})
 }

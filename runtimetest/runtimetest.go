@@ -206,14 +206,6 @@ func await(t *testing.T, what string, ch <-chan error) error {
 	}
 }
 
-// wantCode fails the test unless err carries the domain error code.
-func wantCode(t *testing.T, err error, code string) {
-	t.Helper()
-	if got := bothy.ErrorCode(err); got != code {
-		t.Fatalf("error code = %q, want %q (err: %v)", got, code, err)
-	}
-}
-
 // root is a made-up tree digest: the control plane stores digests, it
 // does not read them.
 func root(n byte) string {
