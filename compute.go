@@ -83,33 +83,39 @@ func validateSecretRefs(refs []SecretRef, env map[string]string) error {
 // ComputeService runs computers: it starts a lease lazily for the first
 // command, streams events, stops idle computers and tears leases down. It
 // is what the public API calls for everything beyond stored records.
-// Every method is scoped by tenant: another tenant's computer or command is
-// ENOTFOUND.
+// Every method is scoped by tenant: a computer or command that does not
+// exist, or is another tenant's, is ENOTFOUND. computetest is the
+// conformance suite.
 type ComputeService interface {
 	// RunCommand admits a command on the computer, starting a lease if the
 	// computer is cold, and returns it at once (created false when the
 	// idempotency key named an existing command, which is returned as it
-	// is and not run again). A destroyed computer is ECONFLICT.
+	// is and not run again). A request that fails RunRequest.Validate is
+	// its error (EINVALID, ETOOLARGE); a destroyed computer is ECONFLICT.
 	RunCommand(ctx context.Context, tenantID, computerID string, req RunRequest) (cmd *Command, created bool, err error)
 	// WaitCommand blocks until the command is in a terminal state, or ctx
-	// is done, and returns it.
+	// is done (whose error it returns), and returns it; a command that has
+	// ended is returned at once.
 	WaitCommand(ctx context.Context, tenantID, commandID string) (*Command, error)
-	// WaitEvents blocks until the command has an event after seq, or is in
-	// a terminal state, or ctx is done (whose error it returns).
+	// WaitEvents blocks until the command has an event after seq after, or
+	// is in a terminal state, or ctx is done (whose error it returns).
 	WaitEvents(ctx context.Context, tenantID, commandID string, after int64) error
 	// CancelCommand cancels a command: an admitted one never runs, a
-	// running one has its process tree killed. A command that has ended
-	// is returned as it is.
+	// running one has its process tree killed, and it ends cancelled
+	// (perhaps only once its runtime reports it: WaitCommand waits). A
+	// command that has ended is returned as it is.
 	CancelCommand(ctx context.Context, tenantID, commandID string) (*Command, error)
 	// StopComputer checkpoints an active computer, releases its lease and
-	// returns it cold; a cold one is returned as it is. A destroyed
-	// computer is ECONFLICT.
+	// returns it cold; a cold one is returned as it is, and its next
+	// command starts a new lease. A destroyed computer is ECONFLICT.
 	StopComputer(ctx context.Context, tenantID, computerID string) (*Computer, error)
 	// DestroyComputer stops the computer if it runs, recording the
-	// teardown's residue on its lease, and marks it destroyed.
+	// teardown's residue on its lease, and marks it destroyed; a destroyed
+	// computer is returned as it is.
 	DestroyComputer(ctx context.Context, tenantID, computerID string) (*Computer, error)
 	// Checkpoint commits the workspace of an active computer now and
 	// returns the newest revision; for a cold computer it returns the
-	// newest revision without committing.
+	// newest revision without committing. A computer that never committed
+	// is at revision 0 (Number 0, with no tree).
 	Checkpoint(ctx context.Context, tenantID, computerID string) (*Revision, error)
 }

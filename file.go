@@ -175,9 +175,10 @@ type FileService interface {
 	// the first 8 KiB) are skipped, and symlinks are not followed. A bad
 	// pattern is EINVALID.
 	Grep(ctx context.Context, tenantID, computerID string, opts GrepOptions) (*GrepResult, error)
-	// Mkdir creates a directory. An existing path is ECONFLICT unless
-	// opts.Parents and it is a directory; a missing parent is ENOTFOUND
-	// unless opts.Parents.
+	// Mkdir creates a directory. An existing path is ECONFLICT; with
+	// opts.Parents an existing directory is fine (and commits nothing) and
+	// anything else at path is ENOTDIR. A missing parent is ENOTFOUND unless
+	// opts.Parents.
 	Mkdir(ctx context.Context, tenantID, computerID, path string, opts MkdirOptions) (*Revision, error)
 	// Remove removes a file, symlink (never its target) or directory. A
 	// non-empty directory is ENOTEMPTY unless opts.Recursive; a missing path

@@ -350,6 +350,10 @@ func (c *Controller) Checkpoint(ctx context.Context, tenantID, computerID string
 		if done >= want {
 			if msg != "" {
 				return nil, bothy.Errorf(bothy.EINTERNAL, "checkpoint failed: %s", msg)
+			} else if rev == 0 {
+				// Nothing committed yet: revision 0, the empty workspace,
+				// which the store does not hold.
+				return c.currentRevision(ctx, comp)
 			}
 			return c.store.FindRevision(ctx, tenantID, computerID, rev)
 		}

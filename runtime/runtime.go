@@ -202,17 +202,61 @@ type EventsResponse struct {
 
 // Control is the control plane as a runtime sees it. Poll is authenticated
 // by the agent's token; every other call by a lease credential, whose
-// claims name the lease and generation the call acts for.
+// claims name the tenant, computer, lease and generation the call acts
+// for. A token or credential that is missing, forged or expired is
+// EUNAUTHORIZED. A call fenced by a generation that is no longer the
+// computer's, or by a lease that was released, is ECONFLICT and changes
+// nothing. A command that does not exist, or belongs to another computer
+// than the credential's (of the same tenant or another), is ENOTFOUND.
+// runtimetest is the conformance suite.
 type Control interface {
+	// Poll heartbeats the leases the agent holds and answers the desired
+	// state of every lease assigned to it. An agent id that is not a valid
+	// id is EINVALID. The answer comes at once when req.Version is behind
+	// the control plane's, else when the desired state changes or req.Wait
+	// passes. A lease that is not ready gets no commands; a ready one gets
+	// each admitted command once as ActRun (with its Spec), each running
+	// one as ActAttach after its newest stored seq, plus ActCancel when it
+	// was cancelled, and ActStatus for one that may have started. A lease
+	// that was released is not listed: its agent tears it down.
 	Poll(ctx context.Context, agentToken string, req *PollRequest) (*PollResponse, error)
+	// Ready reports the lease's sandbox ready: the computer becomes active
+	// and its admitted commands are dispatched at the next poll. A released
+	// lease is ECONFLICT.
 	Ready(ctx context.Context, cred string, req *ReadyRequest) error
+	// Released reports the lease torn down with a bothy.Lease* disposition
+	// (another is EINVALID): the computer becomes cold, the lease's
+	// commands that did not finish are lost, a disposition of failed fails
+	// the commands waiting for it with req.Error, and commands admitted
+	// meanwhile start a lease of the next generation. Reporting the same
+	// lease released again is not an error.
 	Released(ctx context.Context, cred string, req *ReleaseRequest) error
+	// Commit commits the lease's checkpoint as the revision after
+	// req.Base, by compare-and-swap: a base that is not the computer's
+	// current revision is ECONFLICT. The answer's Packs are not part of it;
+	// the next poll carries them.
 	Commit(ctx context.Context, cred string, req *CommitRequest) (*bothy.Revision, error)
+	// Checkpointed answers a LeaseWork.Checkpoint request with the
+	// revision the lease's disk is at, or the error that stopped the
+	// checkpoint, which the API's Checkpoint call then returns.
 	Checkpointed(ctx context.Context, cred string, req *CheckpointedRequest) error
+	// Applied answers an ApplyWork. An answer about a change nobody waits
+	// for any more is no error; a lease that is not running here is
+	// ECONFLICT.
 	Applied(ctx context.Context, cred string, req *AppliedRequest) error
+	// Report moves the command to the state the runtime reports: running,
+	// or an end (finished, with Exit saying completed, timed out or
+	// cancelled; failed; lost), accepted only once the control plane
+	// stored every event up to req.LastSeq (else ECONFLICT). A report
+	// about a command that has ended changes nothing and is no error.
+	// never_seen admits again a command that was sent to run or may have
+	// started, for a later dispatch; of a running command it is ECONFLICT.
+	// An unknown state is EINVALID.
 	Report(ctx context.Context, cred, commandID string, req *Report) error
 	// AppendEvents stores a command's events (each with its seq; a seq
-	// already stored with the same content is a no-op) and returns the
-	// newest stored seq, which the runtime acknowledges to its supervisor.
+	// already stored with the same content is a no-op, with other content
+	// ECONFLICT, and one past the newest+1 EINVALID) and returns the newest
+	// stored seq, which the runtime acknowledges to its supervisor. A
+	// command that has ended takes no events (ECONFLICT).
 	AppendEvents(ctx context.Context, cred, commandID string, events []bothy.Event) (*EventsResponse, error)
 }
