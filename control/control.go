@@ -18,9 +18,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/bothyhq/bothy"
@@ -80,12 +78,13 @@ type Config struct {
 	// runtime's acknowledgement before the control plane asks about it
 	// (may_have_started).
 	AckTimeout time.Duration
-	// Fault names a fault-injection point at which the process kills
-	// itself with SIGKILL, for crash tests: "after_dispatch" (a command
-	// was dispatched, and the poll answer carrying it is never sent) or
+	// Fault, if set, is called at each fault-injection point, for crash
+	// tests that kill the process there: "after_dispatch" (a command was
+	// dispatched, and the poll answer carrying it is not sent yet) and
 	// "before_running_report" (the runtime acknowledged a command, and the
-	// control plane dies before recording it). Set from BOTHY_FAULT.
-	Fault  string
+	// control plane has not recorded it). Only tests set it (cmd/bothy's
+	// fault_test.go, from BOTHY_FAULT): no production build reaches a kill.
+	Fault  func(point string)
 	Logger *slog.Logger
 }
 
@@ -222,14 +221,11 @@ func (c *Controller) watcher(commandID string) (<-chan struct{}, func()) {
 	}
 }
 
-// fault kills the process at the named fault-injection point.
+// fault calls Config.Fault at the named fault-injection point.
 func (c *Controller) fault(point string) {
-	if c.cfg.Fault != point {
-		return
+	if c.cfg.Fault != nil {
+		c.cfg.Fault(point)
 	}
-	c.log.Warn("fault injection: killing the process", "point", point)
-	syscall.Kill(os.Getpid(), syscall.SIGKILL)
-	select {} // the signal is on its way
 }
 
 // Run runs the reconciler until ctx is done: it reaps leases whose runtime

@@ -26,6 +26,11 @@ import (
 // shutdownGrace is how long a stopping server lets requests finish.
 const shutdownGrace = 10 * time.Second
 
+// faultHook is the control plane's fault-injection hook: nil in the bothy
+// binary, set by fault_test.go in the test binary that the end-to-end
+// tests run as bothy.
+var faultHook func(point string)
+
 func runServe(ctx context.Context, args []string) error {
 	var cfg config
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -84,7 +89,7 @@ func runServe(ctx context.Context, args []string) error {
 	sc := bserver.Config{
 		Data: cfg.data, Store: e.store, Blobs: e.blobs, Policy: policy, AgentToken: agentToken, Logger: log,
 		ReceiptKey: key, Version: buildVersion(),
-		Control: control.Config{IdleTimeout: rc.idle, MaxLifetime: rc.lifetime, Fault: os.Getenv("BOTHY_FAULT"),
+		Control: control.Config{IdleTimeout: rc.idle, MaxLifetime: rc.lifetime, Fault: faultHook,
 			Secrets: secretfile.NewStore(filepath.Join(cfg.data, "secrets"))},
 	}
 	if !rc.noAgent {
