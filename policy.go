@@ -50,10 +50,17 @@ func (p *Policy) Validate() error {
 // allow it.
 var LeasePool = netip.MustParsePrefix("10.200.0.0/16")
 
-// AllowPrivate parses EgressAllowPrivate.
+// AllowPrivate parses EgressAllowPrivate (ParseAllowPrivate).
 func (p *Policy) AllowPrivate() ([]netip.Prefix, error) {
+	return ParseAllowPrivate(p.EgressAllowPrivate)
+}
+
+// ParseAllowPrivate parses the CIDR prefixes the egress broker may admit
+// although private (Policy.EgressAllowPrivate), masked; a prefix that is
+// malformed or overlaps LeasePool is EINVALID.
+func ParseAllowPrivate(prefixes []string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for _, s := range p.EgressAllowPrivate {
+	for _, s := range prefixes {
 		pfx, err := netip.ParsePrefix(strings.TrimSpace(s))
 		if err != nil {
 			return nil, Errorf(EINVALID, "policy: egress_allow_private %q is not a CIDR prefix like 192.168.10.0/24", s)

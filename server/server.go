@@ -187,8 +187,7 @@ func NewAgent(cfg AgentConfig) (*agent.Agent, error) {
 	for _, p := range cfg.Providers {
 		provs[p.Name()] = p
 	}
-	pol := bothy.Policy{Profiles: map[string]string{"-": "-"}, EgressAllowPrivate: cfg.EgressAllowPrivate}
-	allow, err := pol.AllowPrivate()
+	allow, err := bothy.ParseAllowPrivate(cfg.EgressAllowPrivate)
 	if err != nil {
 		return nil, err
 	}
