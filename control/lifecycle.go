@@ -20,7 +20,7 @@ func (c *Controller) reap(ctx context.Context) error {
 		if err != nil && bothy.ErrorCode(err) != bothy.ECONFLICT {
 			return err
 		} else if err == nil {
-			c.released(ctx, l.TenantID, l.ID, nil)
+			c.recordRelease(ctx, l.TenantID, l.ID, nil)
 		}
 		c.log.Warn("lease lost: its runtime stopped polling", "lease", l.ID, "computer", l.ComputerID, "expired", l.ExpiresAt)
 		if err := c.afterRelease(ctx, l.TenantID, l.ComputerID, l.ID, l.Generation); err != nil {

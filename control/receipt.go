@@ -11,27 +11,13 @@ import (
 
 var _ bothy.ReceiptIssuer = (*Controller)(nil)
 
-// transition is store.TransitionCommand that also issues the command's
-// receipt when it moves to a terminal state. Every transition of the
-// control plane into a terminal state goes through it.
-func (c *Controller) transition(ctx context.Context, tenantID, id string, from []string, to string, u bothy.CommandUpdate) (*bothy.Command, error) {
-	cmd, err := c.store.TransitionCommand(ctx, tenantID, id, from, to, u)
-	if err == nil && bothy.CommandTerminal(cmd.State) {
-		if _, err := c.issueCommand(ctx, cmd); err != nil {
-			// The command has ended all the same; CommandReceipt issues the
-			// receipt when it is first asked for.
-			c.log.Warn("issue command receipt", "command", id, "err", err)
-		}
-	}
-	return cmd, err
-}
-
-// released issues the receipt of a lease that was just released.
+// recordRelease charges and issues the receipt of a lease that was just
+// released (Released, or the reaper, released it in the store).
 //
 // total, if set, is what the lease's sandbox consumed in all, as its
 // runtime reported with the release: the computer is charged what its
 // commands were not (chargeUnattributed).
-func (c *Controller) released(ctx context.Context, tenantID, leaseID string, total *bothy.Usage) {
+func (c *Controller) recordRelease(ctx context.Context, tenantID, leaseID string, total *bothy.Usage) {
 	l, err := c.store.FindLease(ctx, tenantID, leaseID)
 	var use bothy.Usage
 	if err == nil {

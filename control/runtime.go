@@ -326,8 +326,8 @@ func (c *Controller) dropLease(id string) {
 	c.mu.Unlock()
 }
 
-// claims verifies a lease credential and finds the controller's state of
-// its lease, adopting it if the controller restarted since.
+// claims verifies a lease credential and returns its claims. It neither
+// reads nor adopts the lease's state: each caller finds the lease itself.
 func (c *Controller) claims(cred string) (*runtime.Claims, error) {
 	return c.signer.Verify(cred, c.now())
 }
@@ -387,7 +387,7 @@ func (c *Controller) Released(ctx context.Context, cred string, req *runtime.Rel
 		// Only the report that released the lease charges its usage.
 		usage = nil
 	}
-	c.released(ctx, cl.TenantID, cl.LeaseID, usage)
+	c.recordRelease(ctx, cl.TenantID, cl.LeaseID, usage)
 	c.log.Info("lease released", "lease", cl.LeaseID, "computer", cl.ComputerID, "disposition", req.Disposition, "error", req.Error)
 	if req.Disposition == bothy.LeaseFailed {
 		// The sandbox never became ready: the commands waiting for it fail
