@@ -13,7 +13,11 @@ import (
 	bhttp "github.com/bothyhq/bothy/http"
 )
 
-const runUsage = "bothy run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... [--secret NAME[=VAR]]... [--secret-file NAME[=VAR]]... [--memory SIZE] [--cpus N] [--pids N] [--scratch SIZE] -- CMD [ARGS...]"
+// runArgs is the one synopsis of `bothy run`'s arguments: the verb's
+// usage error and "bothy help" both print it.
+const runArgs = "ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]... [--secret NAME[=VAR]]... [--secret-file NAME[=VAR]]... [--memory SIZE] [--cpus N] [--pids N] [--scratch SIZE] [--stdin=false] -- CMD [ARGS...]"
+
+const runUsage = "bothy run " + runArgs
 
 // run runs a command on a computer and streams its output: stdout events to
 // stdout, stderr events to stderr. It exits with the command's exit code

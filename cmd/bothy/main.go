@@ -33,8 +33,7 @@ commands over the API (server and token from BOTHY_URL and BOTHY_TOKEN, or --url
   stop ID                   checkpoint a computer and stop it (it stays, cold)
   destroy ID                destroy a computer
   revisions ID              list a computer's revisions, newest first
-  run ID [--key K] [--work-job J] [--timeout D] [--detach] [--cwd DIR] [--env K=V]...
-         [--secret NAME[=VAR]]... [--memory SIZE] [--cpus N] [--pids N] [--scratch SIZE] -- CMD [ARGS...]
+  run ` + runArgs + `
                             run a command (standard input, unless a terminal, is its input),
                             stream its output, exit with its exit code (124: timed out);
                             Ctrl-C cancels it
