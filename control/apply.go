@@ -17,11 +17,13 @@ type applyReq struct {
 	err  error
 }
 
-// CommitToRuntime implements workspace.RuntimeCommitter: a change made
-// through the files API to a running computer is applied to the runtime's
-// disk by its agent, which commits it through its lease, so the disk and
-// the store never diverge.
-func (c *Controller) CommitToRuntime(ctx context.Context, comp *bothy.Computer, req *bothy.CommitRequest) (*bothy.Revision, error) {
+// commitThroughRuntime is the apply path of a change made through the
+// files API to a running computer (files.commit): the change waits in the
+// lease's applies until its agent polls, applies it to the runtime's disk
+// and commits it through its lease (Applied), so the disk and the store
+// never diverge. A lease that is not ready, or moved on to another
+// generation, is ECONFLICT, and the change is re-run.
+func (c *Controller) commitThroughRuntime(ctx context.Context, comp *bothy.Computer, req *bothy.CommitRequest) (*bothy.Revision, error) {
 	l := c.leaseOf(comp.ID)
 	c.mu.Lock()
 	ready := l != nil && l.ready && l.tenantID == comp.TenantID && l.generation == comp.Generation
@@ -71,7 +73,7 @@ func (c *Controller) CommitToRuntime(ctx context.Context, comp *bothy.Computer, 
 	return c.store.FindRevision(ctx, comp.TenantID, comp.ID, a.rev)
 }
 
-// applies returns the lease's pending changes.
+// pendingApplies returns the lease's pending changes.
 func (c *Controller) pendingApplies(l *leaseState) []*runtime.ApplyWork {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -6,24 +6,34 @@ import (
 	"io/fs"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/workspace"
 )
 
-// Files returns next (the store's file service, package workspace) made
-// consistent with running computers, so that a client never sees two
-// views of one workspace: a read of a computer that holds a lease first
-// checkpoints the lease's disk and then reads that revision; a write
-// checkpoints it too, and next (built with Options.Runtime set to the
-// controller) makes the change on top of that revision and has the
-// runtime apply it to its disk and commit it. Cold computers are served by
-// next as they are.
-func (c *Controller) Files(next bothy.FileService) bothy.FileService {
-	return &files{c: c, next: next}
+// Files decorates ws, the store's file service (package workspace), into
+// the files API of every computer, so that a client never sees two views
+// of one workspace (docs/data-path.md, "The files API"):
+//
+//   - a call on a computer whose lease is ready first checkpoints the
+//     lease's disk, so ws reads, and changes, what is on it;
+//   - a change ws made is committed to the store while no runtime owns
+//     the computer (cold or failed) and otherwise goes down the runtime's
+//     apply path (commitThroughRuntime): the runtime applies it to its
+//     disk and commits it through its lease.
+//
+// ws knows nothing of the control plane: it is given the commit step
+// (workspace.FS.CommitVia).
+func (c *Controller) Files(ws *workspace.FS) bothy.FileService {
+	f := &files{c: c}
+	f.next = ws.CommitVia(f.commit)
+	return f
 }
 
 type files struct {
 	c    *Controller
 	next bothy.FileService
 }
+
+var _ bothy.FileService = (*files)(nil)
 
 // sync checkpoints the computer's lease, if it has one that is ready.
 func (f *files) sync(ctx context.Context, tenantID, computerID string) error {
@@ -41,11 +51,14 @@ func (f *files) sync(ctx context.Context, tenantID, computerID string) error {
 	return err
 }
 
-// writable prepares a write: a running computer's disk is checkpointed
-// first, so the change is made on top of what is on it; the workspace
-// then commits it through the runtime (Controller.CommitToRuntime).
-func (f *files) writable(ctx context.Context, tenantID, computerID string) error {
-	return f.sync(ctx, tenantID, computerID)
+// commit routes the revision of one attempt at a change, by the state of
+// the computer that attempt read: to the store when it is cold, else to
+// the runtime's apply path.
+func (f *files) commit(ctx context.Context, comp *bothy.Computer, req *bothy.CommitRequest) (*bothy.Revision, error) {
+	if !workspace.RuntimeOwned(comp) {
+		return f.c.store.CommitRevision(ctx, req)
+	}
+	return f.c.commitThroughRuntime(ctx, comp, req)
 }
 
 func (f *files) ReadFile(ctx context.Context, tenantID, computerID, path string, off, length int64) (io.ReadCloser, *bothy.FileInfo, error) {
@@ -98,49 +111,49 @@ func (f *files) Readlink(ctx context.Context, tenantID, computerID, path string)
 }
 
 func (f *files) WriteFile(ctx context.Context, tenantID, computerID, path string, r io.Reader, opts bothy.WriteOptions) (*bothy.Revision, error) {
-	if err := f.writable(ctx, tenantID, computerID); err != nil {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
 		return nil, err
 	}
 	return f.next.WriteFile(ctx, tenantID, computerID, path, r, opts)
 }
 
 func (f *files) Mkdir(ctx context.Context, tenantID, computerID, path string, opts bothy.MkdirOptions) (*bothy.Revision, error) {
-	if err := f.writable(ctx, tenantID, computerID); err != nil {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
 		return nil, err
 	}
 	return f.next.Mkdir(ctx, tenantID, computerID, path, opts)
 }
 
 func (f *files) Remove(ctx context.Context, tenantID, computerID, path string, opts bothy.RemoveOptions) (*bothy.Revision, error) {
-	if err := f.writable(ctx, tenantID, computerID); err != nil {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
 		return nil, err
 	}
 	return f.next.Remove(ctx, tenantID, computerID, path, opts)
 }
 
 func (f *files) Rename(ctx context.Context, tenantID, computerID, from, to string) (*bothy.Revision, error) {
-	if err := f.writable(ctx, tenantID, computerID); err != nil {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
 		return nil, err
 	}
 	return f.next.Rename(ctx, tenantID, computerID, from, to)
 }
 
 func (f *files) Symlink(ctx context.Context, tenantID, computerID, target, path string) (*bothy.Revision, error) {
-	if err := f.writable(ctx, tenantID, computerID); err != nil {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
 		return nil, err
 	}
 	return f.next.Symlink(ctx, tenantID, computerID, target, path)
 }
 
 func (f *files) Chmod(ctx context.Context, tenantID, computerID, path string, mode fs.FileMode) (*bothy.Revision, error) {
-	if err := f.writable(ctx, tenantID, computerID); err != nil {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
 		return nil, err
 	}
 	return f.next.Chmod(ctx, tenantID, computerID, path, mode)
 }
 
 func (f *files) Apply(ctx context.Context, tenantID, computerID string, ops []bothy.FileOp) (*bothy.Revision, error) {
-	if err := f.writable(ctx, tenantID, computerID); err != nil {
+	if err := f.sync(ctx, tenantID, computerID); err != nil {
 		return nil, err
 	}
 	return f.next.Apply(ctx, tenantID, computerID, ops)

@@ -70,7 +70,7 @@ func newFilesEnv(t *testing.T, s bothy.Store, blobs bothy.BlobStore) *filetest.E
 	t.Helper()
 	c := newController(s)
 	const maxFile, maxBatch = 1 << 16, 8
-	files := c.Files(workspace.New(s, blobs, workspace.Options{MaxFileSize: maxFile, MaxBatch: maxBatch, Runtime: c}))
+	files := c.Files(workspace.New(s, blobs, workspace.Options{MaxFileSize: maxFile, MaxBatch: maxBatch}))
 	createTenants(t, s, "t1", "t2")
 	agent := runtimetest.StartAgent(t, c, agentToken, "a", blobs)
 	return &filetest.Env{

@@ -33,7 +33,7 @@ func newLiveEnv(t *testing.T, open opener) *liveEnv {
 	const agentToken = "agent-token-for-tests"
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctl := control.New(store, control.Config{Profiles: map[string]string{"standard": "fake"}, AgentToken: agentToken, Logger: log})
-	files := ctl.Files(workspace.New(store, blobs, workspace.Options{MaxFileSize: maxFile, MaxBatch: maxBatch, Runtime: ctl}))
+	files := ctl.Files(workspace.New(store, blobs, workspace.Options{MaxFileSize: maxFile, MaxBatch: maxBatch}))
 	srv := httptest.NewServer(bhttp.NewServer(store, files, bhttp.Options{MaxFileSize: maxFile, Compute: ctl, Receipts: ctl, Logger: log}))
 	t.Cleanup(srv.Close)
 	e := &liveEnv{agent: runtimetest.StartAgent(t, ctl, agentToken, "a", blobs)}

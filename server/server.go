@@ -101,7 +101,7 @@ func New(cfg Config) (*Server, error) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	files := workspace.New(cfg.Store, cfg.Blobs, workspace.Options{Runtime: ctl})
+	files := workspace.New(cfg.Store, cfg.Blobs, workspace.Options{})
 	api := bhttp.NewServer(cfg.Store, ctl.Files(files), bhttp.Options{Logger: cfg.Logger, Compute: ctl, Receipts: ctl, Profiles: names})
 	rt := runtime.Handler(ctl, cfg.Logger)
 	// Not a ServeMux: it would clean "a/../b" in a file path and redirect,

@@ -50,28 +50,27 @@ type Options struct {
 	// Retries is how many times a mutation that lost a commit race is
 	// re-run on the new revision before ECONFLICT; default 8.
 	Retries int
-	// Runtime, if set, commits mutations of computers that are not cold:
-	// it must make the runtime's disk hold the new revision and commit it
-	// through the runtime's lease. Without it such a mutation is
-	// ECONFLICT.
-	Runtime RuntimeCommitter
 }
 
-// RuntimeCommitter commits a mutation of a running computer (the control
-// plane implements it). req is the revision the mutation made on top of
-// the computer's current revision, c.Revision, whose packs hold every
-// object of req.RootDigest; the committer makes the runtime's disk match it
-// and commits through the runtime. A runtime whose disk moved on since
-// c.Revision answers ECONFLICT, and the mutation is re-run.
-type RuntimeCommitter interface {
-	CommitToRuntime(ctx context.Context, c *bothy.Computer, req *bothy.CommitRequest) (*bothy.Revision, error)
+// A Committer commits the revision a mutation made. req is on top of the
+// computer's current revision, c.Revision (req.Base), and its packs hold
+// every object of req.RootDigest. ECONFLICT re-runs the mutation on the
+// computer's new revision, up to Options.Retries times.
+type Committer func(ctx context.Context, c *bothy.Computer, req *bothy.CommitRequest) (*bothy.Revision, error)
+
+// RuntimeOwned reports whether a runtime owns c's workspace, or is about
+// to: a revision committed to the store would be lost under its writable
+// layer, so only the runtime may commit one.
+func RuntimeOwned(c *bothy.Computer) bool {
+	return c.State != bothy.StateCold && c.State != bothy.StateFailed
 }
 
 // FS is the file service of cold workspaces.
 type FS struct {
-	store bothy.Store
-	blobs bothy.BlobStore
-	opts  Options
+	store  bothy.Store
+	blobs  bothy.BlobStore
+	opts   Options
+	commit Committer // nil: the store, and ECONFLICT when RuntimeOwned
 }
 
 var _ bothy.FileService = (*FS)(nil)
@@ -98,6 +97,15 @@ func New(store bothy.Store, blobs bothy.BlobStore, opts Options) *FS {
 	}
 	opts.MountPoint = strings.TrimRight(opts.MountPoint, "/")
 	return &FS{store: store, blobs: blobs, opts: opts}
+}
+
+// CommitVia returns a copy of f whose mutations are committed by commit,
+// for a computer in any state: commit decides where each revision goes
+// (control.Files sends those of RuntimeOwned computers to the runtime).
+func (f *FS) CommitVia(commit Committer) *FS {
+	g := *f
+	g.commit = commit
+	return &g
 }
 
 // clean is CleanPath with the FS's limits.
@@ -197,16 +205,8 @@ func (f *FS) mutate(ctx context.Context, tenantID, computerID, op string, apply 
 		if err != nil {
 			return nil, err
 		}
-		running := false
-		switch st.computer.State {
-		case bothy.StateCold, bothy.StateFailed:
-		default:
-			// A runtime owns (or is about to own) the workspace: a cold
-			// commit would be lost under its writable layer.
-			if f.opts.Runtime == nil {
-				return nil, bothy.Errorf(bothy.ECONFLICT, "computer %q is %s; change its files through its runtime", computerID, st.computer.State)
-			}
-			running = true
+		if f.commit == nil && RuntimeOwned(st.computer) {
+			return nil, bothy.Errorf(bothy.ECONFLICT, "computer %q is %s; change its files through its runtime", computerID, st.computer.State)
 		}
 		t, err := f.begin(ctx, st, true)
 		if err != nil {
@@ -239,8 +239,8 @@ func (f *FS) mutate(ctx context.Context, tenantID, computerID, op string, apply 
 			CreatedBy:  "api:" + op,
 		}
 		var rev *bothy.Revision
-		if running {
-			rev, err = f.opts.Runtime.CommitToRuntime(ctx, st.computer, req)
+		if f.commit != nil {
+			rev, err = f.commit(ctx, st.computer, req)
 		} else {
 			rev, err = f.store.CommitRevision(ctx, req)
 		}
