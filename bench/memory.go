@@ -15,6 +15,7 @@ import (
 
 	"github.com/bothyhq/bothy"
 	bhttp "github.com/bothyhq/bothy/http"
+	"github.com/bothyhq/bothy/server"
 )
 
 type proc struct {
@@ -260,7 +261,7 @@ func leaseMemory(ctx context.Context, _ *serverEnv, opts *RuntimeOptions, rep *R
 				continue
 			}
 			switch {
-			case strings.Contains(pr.cmdline, " supervisor "):
+			case isSupervisor(pr.cmdline):
 				sr, sp = sr+pr.rss, sp+pr.pss
 			case strings.HasPrefix(filepath.Base(strings.Fields(pr.cmdline + " x")[0]), "bwrap"):
 				r, ps := tree(procs, pr)
@@ -318,4 +319,11 @@ func destroyActive(ctx context.Context, e *serverEnv, opts *RuntimeOptions, rep 
 	}
 	rep.add(opts.Progress, newFigure("bothy_destroy_active", "ms", runs))
 	return nil
+}
+
+// isSupervisor reports whether a process's command line is a lease's
+// supervisor: bothy-supervisor, or the bothy binary's supervisor verb.
+func isSupervisor(cmdline string) bool {
+	argv0 := filepath.Base(strings.Fields(cmdline + " x")[0])
+	return argv0 == server.SupervisorProgram || strings.Contains(cmdline, " supervisor ")
 }

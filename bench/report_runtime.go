@@ -84,8 +84,8 @@ func (r *RuntimeReport) markdown(b *strings.Builder, rep *Report) {
 			spread(x), spread(f("baseline_cp_artifact")), f("baseline_cp_artifact").Command)
 	}
 	if x := f("bothy_lease_supervisor_rss"); len(x.Runs) > 0 {
-		fmt.Fprintf(b, "- Memory per active lease, in a `bothy serve` of its own (control plane and agent in its process, a supervisor process per lease, found by its command line, which names the lease), with one lease started and stopped first so that what the first lease pays once is not counted per lease. Over %d leases: supervisor %s resident (%s proportional: shared pages divided among the processes that map them), sandbox (bwrap and its init) %s resident (%s proportional).\n",
-			len(x.Runs), spread(x), spread(f("bothy_lease_supervisor_pss")), spread(f("bothy_lease_sandbox_rss")), spread(f("bothy_lease_sandbox_pss")))
+		fmt.Fprintf(b, "- Memory per active lease, in a `bothy serve` of its own (control plane and agent in its process, a supervisor process per lease, found by its command line, which names the lease), with one lease started and stopped first so that what the first lease pays once is not counted per lease. Over %d leases: supervisor%s %s resident (%s proportional: shared pages divided among the processes that map them), sandbox (bwrap and its init) %s resident (%s proportional).\n",
+			len(x.Runs), supervisorName(r.Supervisor), spread(x), spread(f("bothy_lease_supervisor_pss")), spread(f("bothy_lease_sandbox_rss")), spread(f("bothy_lease_sandbox_pss")))
 		if per := f("bothy_serve_rss_per_lease"); len(per.Runs) > 0 {
 			var at []string
 			for _, k := range append([]int{0}, r.LeaseCounts...) {
@@ -187,4 +187,13 @@ func median(f Figure) string {
 		return "—"
 	}
 	return fmt.Sprintf("%.1f", f.Median)
+}
+
+// supervisorName is " (`PROGRAM`)" naming the program that ran the
+// supervisors, or "" for a report that does not say (older JSON).
+func supervisorName(program string) string {
+	if program == "" {
+		return ""
+	}
+	return " (`" + program + "`)"
 }

@@ -109,6 +109,9 @@ type RuntimeReport struct {
 	WorkspaceBytes int64    `json:"workspace_bytes"`
 	EditPath       string   `json:"edit_path"`
 	Figures        []Figure `json:"figures"`
+	// Supervisor is the program that ran each lease's supervisor:
+	// "bothy-supervisor", or "bothy supervisor" (the whole binary).
+	Supervisor string `json:"supervisor,omitempty"`
 	// StreamEarly counts stream lines printed before the client's stream
 	// was open, which are left out of the latency.
 	StreamEarly int `json:"stream_early_lines"`
@@ -186,6 +189,7 @@ func RunRuntime(ctx context.Context, opts RuntimeOptions) (rep *RuntimeReport, e
 		return nil, fmt.Errorf("plain bwrap does not run here (run as root after scripts/sandbox-deps): %w", err)
 	}
 	rep = &RuntimeReport{Kernel: uname(), Bwrap: strings.TrimSpace(output("bwrap", "--version"))}
+	rep.Supervisor = strings.Join(append([]string{filepath.Base(opts.SupervisorCommand[0])}, opts.SupervisorCommand[1:]...), " ")
 	work := filepath.Join(opts.WorkDir, "runtime")
 	os.RemoveAll(work)
 	if err := os.MkdirAll(work, 0o755); err != nil {

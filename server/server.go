@@ -9,11 +9,13 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
+	"debug/buildinfo"
 	"errors"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strings"
 
@@ -43,8 +45,8 @@ type Config struct {
 	// AgentToken authenticates agents.
 	AgentToken string
 	// Agent runs an in-process agent with these providers, which spawns
-	// supervisors with SupervisorCommand (the bothy binary's
-	// "supervisor"). No providers means no in-process agent.
+	// supervisors with SupervisorCommand (Exe). No providers means no
+	// in-process agent.
 	Providers         []bothy.Provider
 	SupervisorCommand []string
 	// AgentID names the in-process agent (default "local").
@@ -204,11 +206,53 @@ func NewAgent(cfg AgentConfig) (*agent.Agent, error) {
 	})
 }
 
-// Exe returns the supervisor command of the running binary.
+// SupervisorProgram is the supervisor's own program (cmd/bothy-supervisor),
+// which Exe looks for beside the running binary.
+const SupervisorProgram = "bothy-supervisor"
+
+// Exe returns the supervisor command of the running binary (SupervisorFor).
 func Exe() ([]string, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	return []string{exe, "supervisor"}, nil
+	return SupervisorFor(exe), nil
+}
+
+// SupervisorFor returns the command that runs a lease's supervisor for the
+// bothy binary exe: SupervisorProgram beside it, if that is an executable
+// of the same build (module version and VCS revision), because it holds
+// far less memory per lease than the whole of bothy; else exe's own
+// "supervisor" verb (go run, test binaries, a stale program).
+func SupervisorFor(exe string) []string {
+	sup := filepath.Join(filepath.Dir(exe), SupervisorProgram)
+	if fi, err := os.Stat(sup); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 && sameBuild(exe, sup) {
+		return []string{sup}
+	}
+	return []string{exe, "supervisor"}
+}
+
+// sameBuild reports whether the binaries a and b were built from the same
+// module version and VCS revision.
+func sameBuild(a, b string) bool {
+	ia, err := buildinfo.ReadFile(a)
+	if err != nil {
+		return false
+	}
+	ib, err := buildinfo.ReadFile(b)
+	if err != nil {
+		return false
+	}
+	return ia.Main.Path == ib.Main.Path && buildID(ia) == buildID(ib)
+}
+
+// buildID names a build by its module version and VCS settings.
+func buildID(bi *debug.BuildInfo) string {
+	id := bi.GoVersion + " " + bi.Main.Version
+	for _, s := range bi.Settings {
+		if strings.HasPrefix(s.Key, "vcs.") {
+			id += " " + s.Key + "=" + s.Value
+		}
+	}
+	return id
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/cmd/internal/providers"
 	"github.com/bothyhq/bothy/hostcache"
 	"github.com/bothyhq/bothy/process"
 	bserver "github.com/bothyhq/bothy/server"
@@ -167,12 +168,12 @@ func (rc *runConfig) checkProvider(profile, prov string) error {
 	if prov == process.Name && !rc.allowProcess {
 		return bothy.Errorf(bothy.EINVALID, "profile %q names the process provider, which isolates nothing; pass --allow-process to allow it", profile)
 	}
-	for _, p := range providerNames {
+	for _, p := range providers.Names {
 		if p == prov {
 			return nil
 		}
 	}
-	return bothy.Errorf(bothy.EINVALID, "profile %q names unknown provider %q (known: %s)", profile, prov, strings.Join(providerNames, ", "))
+	return bothy.Errorf(bothy.EINVALID, "profile %q names unknown provider %q (known: %s)", profile, prov, strings.Join(providers.Names, ", "))
 }
 
 // agentID names this host's agent: "local-" and the host name.
@@ -233,7 +234,7 @@ func runAgent(ctx context.Context, args []string) error {
 		}
 	}
 	ag, err := bserver.NewAgent(bserver.AgentConfig{Data: cfg.data, ID: *id, URL: *url, Token: strings.TrimSpace(string(b)),
-		Blobs: blobs, Providers: providers(), Supervisor: sup, Workspace: hostcache.Mode(*workspace), EgressAllowPrivate: allow, Logger: log})
+		Blobs: blobs, Providers: providers.All(), Supervisor: sup, Workspace: hostcache.Mode(*workspace), EgressAllowPrivate: allow, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy/bench"
+	"github.com/bothyhq/bothy/cmd/internal/providers"
 	bserver "github.com/bothyhq/bothy/server"
 )
 
@@ -70,17 +71,20 @@ func runBench(ctx context.Context, args []string) error {
 		large = filepath.Join(opts.WorkDir, "src")
 	}
 	if *rt {
-		// The in-process agent is `bothy serve`'s: the same providers, and
-		// this binary as the supervisor of each lease.
-		sup, err := bserver.Exe()
+		// The in-process agent is `bothy serve`'s: the same providers and
+		// supervisor program (bothy-supervisor beside this binary, or its
+		// own supervisor verb).
+		exe, err := os.Executable()
 		if err != nil {
 			return err
 		}
-		opts := bench.RuntimeOptions{Providers: providers(), SupervisorCommand: sup, CLI: sup[0],
+		sup := bserver.SupervisorFor(exe)
+		fmt.Fprintf(os.Stderr, "supervisor of each lease: %s\n", strings.Join(sup, " "))
+		opts := bench.RuntimeOptions{Providers: providers.All(), SupervisorCommand: sup, CLI: exe,
 			WorkDir: *work, Progress: os.Stderr}
 		if *quick {
 			opts = bench.QuickRuntime
-			opts.Providers, opts.SupervisorCommand, opts.CLI, opts.WorkDir, opts.Progress = providers(), sup, sup[0], *work, os.Stderr
+			opts.Providers, opts.SupervisorCommand, opts.CLI, opts.WorkDir, opts.Progress = providers.All(), sup, exe, *work, os.Stderr
 		}
 		if !*fileops {
 			opts.FileOpsRuns = -1

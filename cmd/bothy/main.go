@@ -1,5 +1,7 @@
-// Command bothy is the one binary of bothy. "bothy serve" runs the API server
-// (package http), and "bothy admin" makes its tokens. The verbs create, ls,
+// Command bothy is bothy's command. "bothy serve" runs the API server
+// (package http), and "bothy admin" makes its tokens; each lease's
+// supervisor is the small program cmd/bothy-supervisor beside it, or its
+// own supervisor verb. The verbs create, ls,
 // get, stop, destroy, revisions, run, wait, logs, fs and receipt are a client of that
 // API (BOTHY_URL and BOTHY_TOKEN). The other verbs work on a data directory
 // directly: they checkpoint a directory into a computer's workspace,
@@ -68,7 +70,8 @@ commands on the data directory:
   local cat -c ID PATH      print a file of the cold workspace
   local put -c ID PATH [FILE]
                             write FILE (or standard input) to PATH, committing a revision
-  supervisor -dir DIR       the per-lease supervisor (started by the agent, not by hand)
+  supervisor -dir DIR       the per-lease supervisor, when bothy-supervisor is not beside bothy
+                            (started by the agent, not by hand)
   gc [--grace D]            delete packs no revision references, older than the grace period
   bench [--quick]           measure checkpoint and restore, write docs/performance.md
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/cmd/internal/providers"
 	"github.com/bothyhq/bothy/control"
 	"github.com/bothyhq/bothy/hostcache"
 	"github.com/bothyhq/bothy/receipt"
@@ -97,7 +98,7 @@ func runServe(ctx context.Context, args []string) error {
 			ln.Close()
 			return err
 		}
-		sc.Providers, sc.AgentID, sc.Workspace = providers(), agentID(), hostcache.Mode(rc.workspace)
+		sc.Providers, sc.AgentID, sc.Workspace = providers.All(), agentID(), hostcache.Mode(rc.workspace)
 	}
 	s, err := bserver.New(sc)
 	if err != nil {

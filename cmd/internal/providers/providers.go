@@ -1,4 +1,7 @@
-package main
+// Package providers is the one place where the sandbox providers of the
+// bothy binaries are registered: cmd/bothy (serve, agent, bench) and
+// cmd/bothy-supervisor start the same list.
+package providers
 
 import (
 	"fmt"
@@ -10,15 +13,15 @@ import (
 	"github.com/bothyhq/bothy/process"
 )
 
-// providerNames lists the providers a profile may name.
-var providerNames = []string{bwrap.Name, gvisor.Name, process.Name}
+// Names lists the providers a profile may name.
+var Names = []string{bwrap.Name, gvisor.Name, process.Name}
 
-// providers is the one place where sandbox providers are registered. The
-// process provider is always there (it isolates nothing; the server will
-// refuse it unless configured); bwrap and gvisor are there when the host
+// All returns the providers this host can run. The process provider is
+// always there (it isolates nothing; the server will refuse it unless
+// configured); bwrap and gvisor are there when the host
 // can run them, so a policy such as `--profiles standard=bwrap,strong=gvisor`
 // resolves.
-func providers() []bothy.Provider {
+func All() []bothy.Provider {
 	list := []bothy.Provider{process.New()}
 	if p, err := bwrap.New(bwrap.Options{}); err == nil {
 		list = append(list, p)
