@@ -80,106 +80,127 @@ func (s *Snapshot) Restore(ctx context.Context, dir string, opts RestoreOptions)
 	if err := prepareDir(dir); err != nil {
 		return err
 	}
-	var (
-		files   []*restoreFile
-		targets = map[Hash]*blobTargets{}
-		dirs    []string
-		modes   []fs.FileMode
-		ndirs   int
-	)
-	wantKey := opts.StatCache != ""
-	umask := currentUmask(dir)
-	var walk func(h Hash, path string, shard int) error
-	walk = func(h Hash, path string, shard int) error {
-		t, err := s.Tree(ctx, h)
-		if err != nil {
-			return err
-		}
-		for i := range t.Entries {
-			e := &t.Entries[i]
-			p := path + "/" + e.Name
-			switch e.Type {
-			case TypeDir:
-				if err := os.Mkdir(p, 0o700); err != nil {
-					return err
-				}
-				ndirs++
-				dirs, modes = append(dirs, p), append(modes, e.Mode)
-				if err := walk(e.Tree, p, ndirs%restoreShards); err != nil {
-					return err
-				}
-			case TypeSymlink:
-				if err := os.Symlink(e.Target, p); err != nil {
-					return err
-				}
-				if err := lutimes(p, e.ModTime); err != nil {
-					return err
-				}
-			case TypeFile:
-				rf := &restoreFile{path: p, entry: e, idx: len(files), shard: shard, fd: -1, pending: len(e.Chunks)}
-				files = append(files, rf)
-				if len(e.Chunks) == 0 {
-					if err := rf.create(umask); err != nil {
-						return err
-					}
-					if err := rf.finish(umask, wantKey); err != nil {
-						return err
-					}
-					continue
-				}
-				var off int64
-				for _, c := range e.Chunks {
-					bt := targets[c.Hash]
-					if bt == nil {
-						bt = &blobTargets{}
-						targets[c.Hash] = bt
-					}
-					bt.list = append(bt.list, chunkTarget{rf, off})
-					bt.shards |= 1 << shard
-					off += c.Size
-				}
+	r := &restorer{s: s, dir: dir, targets: map[Hash]*blobTargets{}, wantKey: opts.StatCache != "", umask: currentUmask(dir)}
+	if err := r.restore(ctx, opts); err != nil {
+		return fmt.Errorf("restore %s: %w", dir, err)
+	}
+	return nil
+}
+
+// restorer is one Restore: the tree laid out so far, and where each blob
+// goes.
+type restorer struct {
+	s       *Snapshot
+	dir     string
+	files   []*restoreFile // in walk order
+	targets map[Hash]*blobTargets
+	dirs    []string      // in walk order,
+	modes   []fs.FileMode // with their final modes
+	ndirs   int
+	wantKey bool // a stat cache is written: keep each file's stat key
+	umask   uint32
+}
+
+// restore runs the phases of Restore: lay the tree out, fill the files
+// from the packs, give directories their modes, write the stat cache.
+func (r *restorer) restore(ctx context.Context, opts RestoreOptions) error {
+	if err := r.layout(ctx, r.s.root, r.dir, 0); err != nil {
+		return err
+	}
+	if err := r.fill(ctx, opts.Workers); err != nil {
+		return err
+	}
+	if err := r.chmodDirs(); err != nil {
+		return err
+	}
+	if opts.StatCache != "" {
+		return r.writeStatCache(opts.StatCache)
+	}
+	return nil
+}
+
+// layout walks tree h into path: it creates directories (0700 until
+// chmodDirs), symlinks and empty files, and records where the chunks of
+// the other files go, each file in the writer shard of its directory.
+func (r *restorer) layout(ctx context.Context, h Hash, path string, shard int) error {
+	t, err := r.s.Tree(ctx, h)
+	if err != nil {
+		return err
+	}
+	for i := range t.Entries {
+		e := &t.Entries[i]
+		p := path + "/" + e.Name
+		switch e.Type {
+		case TypeDir:
+			if err := os.Mkdir(p, 0o700); err != nil {
+				return err
+			}
+			r.ndirs++
+			r.dirs, r.modes = append(r.dirs, p), append(r.modes, e.Mode)
+			if err := r.layout(ctx, e.Tree, p, r.ndirs%restoreShards); err != nil {
+				return err
+			}
+		case TypeSymlink:
+			if err := os.Symlink(e.Target, p); err != nil {
+				return err
+			}
+			if err := lutimes(p, e.ModTime); err != nil {
+				return err
+			}
+		case TypeFile:
+			if err := r.addFile(p, e, shard); err != nil {
+				return err
 			}
 		}
-		return nil
 	}
-	if err := walk(s.root, dir, 0); err != nil {
-		return fmt.Errorf("restore %s: %w", dir, err)
+	return nil
+}
+
+// addFile records the regular file e at p; an empty one is created and
+// finished at once.
+func (r *restorer) addFile(p string, e *Entry, shard int) error {
+	rf := &restoreFile{path: p, entry: e, idx: len(r.files), shard: shard, fd: -1, pending: len(e.Chunks)}
+	r.files = append(r.files, rf)
+	if len(e.Chunks) == 0 {
+		if err := rf.create(r.umask); err != nil {
+			return err
+		}
+		return rf.finish(r.umask, r.wantKey)
 	}
-	segs, err := s.plan(targets)
+	var off int64
+	for _, c := range e.Chunks {
+		bt := r.targets[c.Hash]
+		if bt == nil {
+			bt = &blobTargets{}
+			r.targets[c.Hash] = bt
+		}
+		bt.list = append(bt.list, chunkTarget{rf, off})
+		bt.shards |= 1 << shard
+		off += c.Size
+	}
+	return nil
+}
+
+// fill reads every blob the files need and writes it into them: several
+// workers fetch, decode and verify segments, taken in about walk order;
+// restoreShards writers create and write the files, each owning whole
+// directories. On error no file is left open.
+func (r *restorer) fill(ctx context.Context, workers int) error {
+	segs, err := r.s.plan(r.targets)
 	if err != nil {
-		return fmt.Errorf("restore %s: %w", dir, err)
+		return err
 	}
-	workers := opts.Workers
 	if workers <= 0 {
 		workers = max(4, 2*runtime.GOMAXPROCS(0))
 	}
-	// Several workers fetch, decode and verify segments, taken in about
-	// walk order; restoreShards writers create and write the files, each
-	// owning whole directories.
 	var chans [restoreShards]chan blobWrite
 	werr := make(chan error, restoreShards)
 	for i := range chans {
 		chans[i] = make(chan blobWrite, 64)
-		go func(shard int, writes <-chan blobWrite) {
-			var err error
-			for w := range writes {
-				if err != nil {
-					continue
-				}
-				for _, t := range targets[w.hash].list {
-					if t.file.shard != shard {
-						continue
-					}
-					if err = t.file.write(w.data, t.off, umask, wantKey); err != nil {
-						break
-					}
-				}
-			}
-			werr <- err
-		}(i, chans[i])
+		go func(shard int, writes <-chan blobWrite) { werr <- r.writeShard(shard, writes) }(i, chans[i])
 	}
 	err = parallel(ctx, len(segs), workers, func(ctx context.Context, i int) error {
-		return s.restoreSegment(ctx, segs[i], targets, &chans)
+		return r.s.restoreSegment(ctx, segs[i], r.targets, &chans)
 	})
 	for _, c := range chans {
 		close(c)
@@ -190,33 +211,58 @@ func (s *Snapshot) Restore(ctx context.Context, dir string, opts RestoreOptions)
 		}
 	}
 	if err != nil {
-		for _, rf := range files {
+		for _, rf := range r.files {
 			if rf.fd >= 0 {
 				syscall.Close(rf.fd)
 				rf.fd = -1
 			}
 		}
-		return fmt.Errorf("restore %s: %w", dir, err)
 	}
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if modes[i] == 0o700 {
+	return err
+}
+
+// writeShard writes the blobs that arrive on writes into the files of
+// shard, until writes is closed; after an error it drains writes.
+func (r *restorer) writeShard(shard int, writes <-chan blobWrite) error {
+	var err error
+	for w := range writes {
+		if err != nil {
 			continue
 		}
-		if err := os.Chmod(dirs[i], modes[i]); err != nil {
-			return fmt.Errorf("restore %s: %w", dir, err)
+		for _, t := range r.targets[w.hash].list {
+			if t.file.shard != shard {
+				continue
+			}
+			if err = t.file.write(w.data, t.off, r.umask, r.wantKey); err != nil {
+				break
+			}
 		}
 	}
-	if opts.StatCache != "" {
-		entries := make([]cacheEntry, 0, len(files))
-		for _, rf := range files {
-			rel, _ := filepath.Rel(dir, rf.path)
-			entries = append(entries, cacheEntry{path: filepath.ToSlash(rel), key: rf.key, chunks: rf.entry.Chunks})
+	return err
+}
+
+// chmodDirs gives the directories their modes, deepest first, so that a
+// read-only directory is made so after everything in it.
+func (r *restorer) chmodDirs() error {
+	for i := len(r.dirs) - 1; i >= 0; i-- {
+		if r.modes[i] == 0o700 {
+			continue
 		}
-		if err := writeStatCache(opts.StatCache, s.repo.cacheID(), s.root, entries); err != nil {
-			return fmt.Errorf("restore %s: %w", dir, err)
+		if err := os.Chmod(r.dirs[i], r.modes[i]); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// writeStatCache writes the stat cache of the restored files to path.
+func (r *restorer) writeStatCache(path string) error {
+	entries := make([]cacheEntry, 0, len(r.files))
+	for _, rf := range r.files {
+		rel, _ := filepath.Rel(r.dir, rf.path)
+		entries = append(entries, cacheEntry{path: filepath.ToSlash(rel), key: rf.key, chunks: rf.entry.Chunks})
+	}
+	return writeStatCache(path, r.s.repo.cacheID(), r.s.root, entries)
 }
 
 // currentUmask returns the process umask, read from /proc so that it is

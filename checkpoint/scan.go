@@ -73,6 +73,49 @@ type chunkData struct {
 // Files whose stat matches the stat cache are not read again.
 func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opts CheckpointOptions) (*Result, error) {
 	start := time.Now()
+	parent, err := r.checkpointParent(ctx, dir, parent)
+	if err != nil {
+		return nil, err
+	}
+	var cache *statCache
+	if opts.StatCache != "" {
+		cache = loadStatCache(opts.StatCache, r.cacheID(), parent.Root())
+	}
+	w := parent.NewWriter()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	root, st, err := r.scan(ctx, cancel, dir, w, cache, opts.Workers, start)
+	if err != nil {
+		w.p.finish(context.Background())
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	rootHash, trees, err := r.writeTrees(ctx, w, root)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+	}
+	res := &Result{Root: rootHash}
+	entries, err := res.collect(root, trees, w, parent, opts.StatCache != "")
+	if err != nil {
+		return nil, err
+	}
+	ws := w.Stats()
+	st.NewBlobs, st.NewBlobBytes, st.NewTrees = ws.NewBlobs, ws.NewBlobBytes, ws.NewTrees
+	st.PacksWritten, st.PackBytes = ws.PacksWritten, ws.PackBytes
+	res.Stats = st
+	// An unchanged tree over a cache that already describes it needs no rewrite.
+	unchanged := cache != nil && st.FilesRead == 0 && res.Root == parent.Root() && len(entries) == len(cache.m)
+	if opts.StatCache != "" && !unchanged {
+		if err := writeStatCache(opts.StatCache, r.cacheID(), res.Root, entries); err != nil {
+			return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+		}
+	}
+	return res, nil
+}
+
+// checkpointParent returns the snapshot a checkpoint of dir starts from
+// (parent, or the empty workspace for nil), after checking that it is of
+// r and that dir is a directory.
+func (r *Repo) checkpointParent(ctx context.Context, dir string, parent *Snapshot) (*Snapshot, error) {
 	if parent == nil {
 		var err error
 		if parent, err = r.Open(ctx, "", nil); err != nil {
@@ -88,65 +131,26 @@ func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opt
 	} else if !fi.IsDir() {
 		return nil, bothy.Errorf(bothy.ENOTDIR, "checkpoint: %s is not a directory", dir)
 	}
-	var cache *statCache
-	if opts.StatCache != "" {
-		cache = loadStatCache(opts.StatCache, r.cacheID(), parent.Root())
-	}
-	workers := opts.Workers
+	return parent, nil
+}
+
+// scan walks dir and writes the content of every file the stat cache does
+// not vouch for into w: workers read and chunk files, and one sequencer
+// adds their chunks in walk order, which keeps packs deterministic (it
+// cancels ctx at its first error). It returns the walked tree, whose file
+// entries then hold their chunks, and the scan's part of the stats.
+func (r *Repo) scan(ctx context.Context, cancel context.CancelFunc, dir string, w *Writer, cache *statCache, workers int, start time.Time) (*scanNode, Stats, error) {
 	if workers <= 0 {
 		workers = 2 * runtime.GOMAXPROCS(0)
 	}
-	w := parent.NewWriter()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
 	jobs := make(chan *fileJob, 4*workers)
 	order := make(chan *fileJob, 64*workers)
 	for i := 0; i < workers; i++ {
-		go func() {
-			// The 8 MiB chunking buffer comes from a pool, and only once a
-			// worker has a file to read: an incremental checkpoint reads a
-			// handful of files, and zeroing a fresh buffer per worker cost
-			// more than its whole scan of unchanged files.
-			var bp *[]byte
-			for j := range jobs {
-				if bp == nil {
-					bp = chunkBufPool.Get().(*[]byte)
-				}
-				r.readFile(ctx, j, *bp)
-			}
-			if bp != nil {
-				chunkBufPool.Put(bp)
-			}
-		}()
+		go r.readFiles(ctx, jobs)
 	}
-	// The sequencer adds chunks in walk order, which keeps packs deterministic.
 	var st Stats
 	seqDone := make(chan error, 1)
-	go func() {
-		var serr error
-		for j := range order {
-			var chunks []Chunk
-			var size int64
-			for c := range j.chunks {
-				if serr == nil {
-					serr = w.add(ctx, c.hash, kindData, c.data, false)
-				}
-				chunks = append(chunks, Chunk{c.hash, int64(len(c.data))})
-				size += int64(len(c.data))
-			}
-			if serr == nil && j.err != nil {
-				serr = j.err
-			}
-			j.entry.Chunks, j.entry.Size = chunks, size
-			st.FilesRead++
-			st.BytesRead += size
-			if serr != nil {
-				cancel()
-			}
-		}
-		seqDone <- serr
-	}()
+	go func() { seqDone <- sequence(ctx, cancel, w, order, &st) }()
 	// Walk with a few goroutines (stat is most of an incremental checkpoint,
 	// and two walkers took it from ~190 to ~120 ms on 50,000 files here),
 	// then queue the files in walk order, so packs stay deterministic.
@@ -163,18 +167,68 @@ func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opt
 		werr = serr
 	}
 	if werr != nil {
-		w.p.finish(context.Background())
-		return nil, fmt.Errorf("checkpoint %s: %w", dir, werr)
+		return nil, st, werr
 	}
 	st.Files, st.Dirs, st.Symlinks, st.Skipped = sc.files.Load(), sc.dirs.Load(), sc.symlinks.Load(), sc.skipped.Load()
+	return root, st, nil
+}
 
-	// Trees, bottom-up in walk order.
-	res := &Result{}
+// readFiles is one file reader of scan: it reads and chunks the files of
+// jobs until jobs is closed.
+func (r *Repo) readFiles(ctx context.Context, jobs <-chan *fileJob) {
+	// The 8 MiB chunking buffer comes from a pool, and only once a
+	// worker has a file to read: an incremental checkpoint reads a
+	// handful of files, and zeroing a fresh buffer per worker cost
+	// more than its whole scan of unchanged files.
+	var bp *[]byte
+	for j := range jobs {
+		if bp == nil {
+			bp = chunkBufPool.Get().(*[]byte)
+		}
+		r.readFile(ctx, j, *bp)
+	}
+	if bp != nil {
+		chunkBufPool.Put(bp)
+	}
+}
+
+// sequence is scan's sequencer: it adds the chunks of the files of order,
+// in order, to w, sets each file's entry, and counts what was read into
+// st. At its first error it cancels the scan and drains order.
+func sequence(ctx context.Context, cancel context.CancelFunc, w *Writer, order <-chan *fileJob, st *Stats) error {
+	var serr error
+	for j := range order {
+		var chunks []Chunk
+		var size int64
+		for c := range j.chunks {
+			if serr == nil {
+				serr = w.add(ctx, c.hash, kindData, c.data, false)
+			}
+			chunks = append(chunks, Chunk{c.hash, int64(len(c.data))})
+			size += int64(len(c.data))
+		}
+		if serr == nil && j.err != nil {
+			serr = j.err
+		}
+		j.entry.Chunks, j.entry.Size = chunks, size
+		st.FilesRead++
+		st.BytesRead += size
+		if serr != nil {
+			cancel()
+		}
+	}
+	return serr
+}
+
+// writeTrees encodes the trees of the scanned directories, bottom-up in
+// walk order, adds them to w and finishes its packs. It returns the root
+// and every tree that is not the empty one.
+func (r *Repo) writeTrees(ctx context.Context, w *Writer, root *scanNode) (Hash, []Hash, error) {
 	var trees []Hash
-	var buildTree func(n *scanNode) (Hash, error)
-	buildTree = func(n *scanNode) (Hash, error) {
+	var build func(n *scanNode) (Hash, error)
+	build = func(n *scanNode) (Hash, error) {
 		for i, c := range n.subdirs {
-			h, err := buildTree(c)
+			h, err := build(c)
 			if err != nil {
 				return h, err
 			}
@@ -188,18 +242,22 @@ func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opt
 		}
 		return h, w.add(ctx, h, kindTree, b, false)
 	}
-	rootHash, err := buildTree(root)
-	if err == nil {
-		res.Root = rootHash
-		_, err = w.Finish(ctx)
-	} else {
-		w.p.finish(context.Background())
-	}
+	rootHash, err := build(root)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
+		w.p.finish(context.Background())
+		return Hash{}, nil, err
 	}
+	if _, err := w.Finish(ctx); err != nil {
+		return Hash{}, nil, err
+	}
+	return rootHash, trees, nil
+}
 
-	// The exact pack set: the pack of every reachable object.
+// collect totals the files of the scanned tree into res and sets
+// res.Packs to the exact pack set: the pack of every reachable object,
+// written by w or already in parent. With wantCache it returns the stat
+// cache entries of the files whose stat can vouch for them.
+func (res *Result) collect(root *scanNode, trees []Hash, w *Writer, parent *Snapshot, wantCache bool) ([]cacheEntry, error) {
 	packs := map[string]bool{}
 	locate := func(h Hash) error {
 		if name, ok := w.p.packOf(h); ok {
@@ -227,7 +285,7 @@ func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opt
 					walkErr = err
 				}
 			}
-			if sk := n.stats[i]; opts.StatCache != "" && sk.size >= 0 && sk.size == e.Size {
+			if sk := n.stats[i]; wantCache && sk.size >= 0 && sk.size == e.Size {
 				entries = append(entries, cacheEntry{path: joinRel(n.rel, e.Name), key: sk, chunks: e.Chunks})
 			}
 		}
@@ -248,18 +306,7 @@ func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opt
 		res.Packs = append(res.Packs, p)
 	}
 	res.Packs = sortedUnique(res.Packs)
-	ws := w.Stats()
-	st.NewBlobs, st.NewBlobBytes, st.NewTrees = ws.NewBlobs, ws.NewBlobBytes, ws.NewTrees
-	st.PacksWritten, st.PackBytes = ws.PacksWritten, ws.PackBytes
-	res.Stats = st
-	// An unchanged tree over a cache that already describes it needs no rewrite.
-	unchanged := cache != nil && st.FilesRead == 0 && res.Root == parent.Root() && len(entries) == len(cache.m)
-	if opts.StatCache != "" && !unchanged {
-		if err := writeStatCache(opts.StatCache, r.cacheID(), res.Root, entries); err != nil {
-			return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
-		}
-	}
-	return res, nil
+	return entries, nil
 }
 
 // chunkBufPool holds the buffers that file readers chunk into.
