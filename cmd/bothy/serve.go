@@ -33,46 +33,77 @@ const shutdownGrace = 10 * time.Second
 var faultHook func(point string)
 
 func runServe(ctx context.Context, args []string) error {
-	var cfg config
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:8080", "address to listen on")
-	debug := fs.Bool("debug", false, "log every request")
-	receiptKey := fs.String("receipt-key", "", "Ed25519 key that signs receipts: PEM PKCS #8 or a 32-byte seed, mode 0600 (default: DATA/receipt.key, created on first start)")
-	var rc runConfig
-	rc.register(fs)
-	args, err := parseFlags(fs, &cfg, args)
-	if err != nil {
-		return err
-	} else if len(args) != 0 {
-		return bothy.Errorf(bothy.EINVALID, "usage: bothy serve [--data DIR] [--listen ADDR] [--store URL] [--blobs URL] [--receipt-key FILE]")
-	}
-	level := slog.LevelInfo
-	if *debug {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-
-	policy, err := rc.policy(fs)
+	o, err := parseServe(args)
 	if err != nil {
 		return err
 	}
-	e, err := openEnv(ctx, cfg)
+	e, err := openEnv(ctx, o.cfg)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	tokenPath := filepath.Join(cfg.data, "admin.token")
-	secret, created, err := e.adminToken(ctx, tokenPath, log)
+	ln, url, key, err := o.listen(ctx, e)
 	if err != nil {
 		return err
 	}
-	key, err := loadReceiptKey(*receiptKey, cfg.data, log)
+	s, err := o.newServer(e, key)
 	if err != nil {
+		ln.Close()
 		return err
 	}
-	ln, err := net.Listen("tcp", *listen)
+	return o.serve(ctx, ln, url, s, e)
+}
+
+// serveOptions is what `bothy serve`'s flags ask for.
+type serveOptions struct {
+	cfg        config
+	rc         runConfig
+	addr       string
+	receiptKey string
+	policy     *bothy.Policy
+	log        *slog.Logger
+}
+
+// parseServe parses serve's flags, including the policy they make.
+func parseServe(args []string) (*serveOptions, error) {
+	o := &serveOptions{}
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.StringVar(&o.addr, "listen", "127.0.0.1:8080", "address to listen on")
+	debugLog := fs.Bool("debug", false, "log every request")
+	fs.StringVar(&o.receiptKey, "receipt-key", "", "Ed25519 key that signs receipts: PEM PKCS #8 or a 32-byte seed, mode 0600 (default: DATA/receipt.key, created on first start)")
+	o.rc.register(fs)
+	args, err := parseFlags(fs, &o.cfg, args)
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return nil, err
+	} else if len(args) != 0 {
+		return nil, bothy.Errorf(bothy.EINVALID, "usage: bothy serve [--data DIR] [--listen ADDR] [--store URL] [--blobs URL] [--receipt-key FILE]")
+	}
+	level := slog.LevelInfo
+	if *debugLog {
+		level = slog.LevelDebug
+	}
+	o.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if o.policy, err = o.rc.policy(fs); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// listen makes sure of the admin token and the receipt key, listens, and
+// prints the BOTHY_URL and BOTHY_TOKEN lines.
+func (o *serveOptions) listen(ctx context.Context, e *env) (net.Listener, string, ed25519.PrivateKey, error) {
+	tokenPath := filepath.Join(o.cfg.data, "admin.token")
+	secret, created, err := e.adminToken(ctx, tokenPath, o.log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	key, err := loadReceiptKey(o.receiptKey, o.cfg.data, o.log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("listen: %w", err)
 	}
 	url := "http://" + displayAddr(ln.Addr())
 	fmt.Printf("export BOTHY_URL=%s\n", url)
@@ -81,30 +112,36 @@ func runServe(ctx context.Context, args []string) error {
 	} else {
 		fmt.Printf("export BOTHY_TOKEN=\"$(cat '%s')\"\n", strings.ReplaceAll(tokenPath, "'", `'\''`))
 	}
+	return ln, url, key, nil
+}
 
-	agentToken, err := readOrCreateSecret(filepath.Join(cfg.data, "agent.token"))
+// newServer assembles the server: control plane, API and, unless
+// --no-agent, the in-process agent with this host's providers.
+func (o *serveOptions) newServer(e *env, key ed25519.PrivateKey) (*bserver.Server, error) {
+	agentToken, err := readOrCreateSecret(filepath.Join(o.cfg.data, "agent.token"))
 	if err != nil {
-		ln.Close()
-		return err
+		return nil, err
 	}
 	sc := bserver.Config{
-		Data: cfg.data, Store: e.store, Blobs: e.blobs, Policy: policy, AgentToken: agentToken, Logger: log,
+		Data: o.cfg.data, Store: e.store, Blobs: e.blobs, Policy: o.policy, AgentToken: agentToken, Logger: o.log,
 		ReceiptKey: key, Version: buildVersion(),
-		Control: control.Config{IdleTimeout: rc.idle, MaxLifetime: rc.lifetime, Fault: faultHook,
-			Secrets: secretfile.NewStore(filepath.Join(cfg.data, "secrets"))},
+		Control: control.Config{IdleTimeout: o.rc.idle, MaxLifetime: o.rc.lifetime, Fault: faultHook,
+			Secrets: secretfile.NewStore(filepath.Join(o.cfg.data, "secrets"))},
 	}
-	if !rc.noAgent {
+	if !o.rc.noAgent {
 		if sc.SupervisorCommand, err = bserver.Exe(); err != nil {
-			ln.Close()
-			return err
+			return nil, err
 		}
-		sc.Providers, sc.AgentID, sc.Workspace = providers.All(), agentID(), hostcache.Mode(rc.workspace)
+		sc.Providers, sc.AgentID, sc.Workspace = providers.All(), agentID(), hostcache.Mode(o.rc.workspace)
 	}
-	s, err := bserver.New(sc)
-	if err != nil {
-		ln.Close()
-		return err
-	}
+	return bserver.New(sc)
+}
+
+// serve serves the API on ln and runs the control plane until ctx is
+// done, then shuts the HTTP server down, letting requests finish for
+// shutdownGrace.
+func (o *serveOptions) serve(ctx context.Context, ln net.Listener, url string, s *bserver.Server, e *env) error {
+	log := o.log
 	srv := &nethttp.Server{
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -119,7 +156,7 @@ func runServe(ctx context.Context, args []string) error {
 			errc <- fmt.Errorf("control plane: %w", err)
 		}
 	}()
-	log.Info("bothy serve started", "url", url, "data", cfg.data, "tenant", e.tenant.ID, "profiles", policy.Profiles)
+	log.Info("bothy serve started", "url", url, "data", o.cfg.data, "tenant", e.tenant.ID, "profiles", o.policy.Profiles)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
