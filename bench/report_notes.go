@@ -53,7 +53,7 @@ func (r *Report) why(g Goal) string {
 			value(run, "ms"), value(bw, "ms"), value(rest, "ms"))
 	case "bothy_cold_start_warm_cache", "bothy_cold_start_cold_cache":
 		prefix := g.Figure + "_"
-		return fmt.Sprintf("Of the median, %s is the dispatch phase, which for a cold computer holds the lease start: the agent's poll, materializing the base revision (a restore from the blob store when the host cache is cold), the overlay mount, the sandbox (bwrap, cgroups) and spawning the supervisor (the bothy binary); then %s to run `true` through the exec chain and %s to finish.",
+		return fmt.Sprintf("Of the median, %s is the dispatch phase, which for a cold computer holds the lease start: the agent's poll, materializing the base revision (a restore from the blob store when the host cache is cold), the overlay mount, the sandbox (bwrap, cgroups) and spawning the supervisor (bothy-supervisor, or the bothy binary); then %s to run `true` through the exec chain and %s to finish.",
 			value(f(prefix+"dispatch").Median, "ms"), value(f(prefix+"run").Median, "ms"), value(f(prefix+"finish").Median, "ms"))
 	case "bothy_stat_1000":
 		return fmt.Sprintf("`stat` resolves owner and group names; the lease's uid has its own entry (bothy) in the sandbox's /etc/passwd and /etc/group. Without names (`stat -c '%%s %%Y'`) the same 1000 files take %s in the computer against %s on the host, so what remains is the lookups through the overlay, or this shared host's noise. "+r.runs(g),
