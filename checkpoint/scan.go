@@ -355,56 +355,81 @@ func (sc *scanner) walk(path, rel string, mode fs.FileMode) (*scanNode, error) {
 	}
 	sortStrings(names)
 	n := &scanNode{path: path, rel: rel, entries: make([]Entry, 0, len(names)), stats: make([]statKey, 0, len(names))}
-	type sub struct {
-		path, rel string
-		mode      fs.FileMode
-	}
-	var subs []sub
+	var subs []subdir
 	for _, name := range names {
-		p := path + "/" + name
-		var ust unix.Stat_t
-		if err := unix.Fstatat(dfd, name, &ust, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			if err == unix.ENOENT {
-				continue // removed while we scan
-			}
-			return nil, &os.PathError{Op: "lstat", Path: p, Err: err}
-		}
-		st := syscall.Stat_t{Mode: ust.Mode, Size: ust.Size, Ino: ust.Ino,
-			Mtim: syscall.Timespec{Sec: ust.Mtim.Sec, Nsec: ust.Mtim.Nsec},
-			Ctim: syscall.Timespec{Sec: ust.Ctim.Sec, Nsec: ust.Ctim.Nsec}}
-		key := statKeyOf(&st)
-		perm := fs.FileMode(st.Mode & 0o777)
-		switch st.Mode & syscall.S_IFMT {
-		case syscall.S_IFREG:
-			sc.files.Add(1)
-			n.entries = append(n.entries, Entry{Name: name, Type: TypeFile, Mode: perm, ModTime: key.mtime})
-			if key.mtime >= sc.racy || key.ctime >= sc.racy {
-				key.size = -1 // racy: read now, never trusted later
-			}
-			n.stats = append(n.stats, key)
-		case syscall.S_IFDIR:
-			sc.dirs.Add(1)
-			n.entries = append(n.entries, Entry{Name: name, Type: TypeDir, Mode: perm})
-			n.stats = append(n.stats, statKey{size: -1})
-			n.dirIdx = append(n.dirIdx, len(n.entries)-1)
-			subs = append(subs, sub{p, joinRel(rel, name), perm})
-		case syscall.S_IFLNK:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return nil, err
-			}
-			if target == "" || len(target) > MaxTargetLen {
-				sc.skipped.Add(1)
-				continue
-			}
-			sc.symlinks.Add(1)
-			n.entries = append(n.entries, Entry{Name: name, Type: TypeSymlink, Mode: perm,
-				ModTime: key.mtime, Size: int64(len(target)), Target: target})
-			n.stats = append(n.stats, statKey{size: -1})
-		default:
-			sc.skipped.Add(1)
+		sub, err := sc.add(n, dfd, name)
+		if err != nil {
+			return nil, err
+		} else if sub != nil {
+			subs = append(subs, *sub)
 		}
 	}
+	if err := sc.walkSubdirs(n, subs); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// subdir is a directory that walk found, to walk next.
+type subdir struct {
+	path, rel string
+	mode      fs.FileMode
+}
+
+// add stats the entry name of n's directory, open as dfd, and appends it
+// to n; a directory is returned to walk. An entry removed meanwhile, an
+// unstorable symlink and special files are left out.
+func (sc *scanner) add(n *scanNode, dfd int, name string) (*subdir, error) {
+	p := n.path + "/" + name
+	var ust unix.Stat_t
+	if err := unix.Fstatat(dfd, name, &ust, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if err == unix.ENOENT {
+			return nil, nil // removed while we scan
+		}
+		return nil, &os.PathError{Op: "lstat", Path: p, Err: err}
+	}
+	st := syscall.Stat_t{Mode: ust.Mode, Size: ust.Size, Ino: ust.Ino,
+		Mtim: syscall.Timespec{Sec: ust.Mtim.Sec, Nsec: ust.Mtim.Nsec},
+		Ctim: syscall.Timespec{Sec: ust.Ctim.Sec, Nsec: ust.Ctim.Nsec}}
+	key := statKeyOf(&st)
+	perm := fs.FileMode(st.Mode & 0o777)
+	switch st.Mode & syscall.S_IFMT {
+	case syscall.S_IFREG:
+		sc.files.Add(1)
+		n.entries = append(n.entries, Entry{Name: name, Type: TypeFile, Mode: perm, ModTime: key.mtime})
+		if key.mtime >= sc.racy || key.ctime >= sc.racy {
+			key.size = -1 // racy: read now, never trusted later
+		}
+		n.stats = append(n.stats, key)
+	case syscall.S_IFDIR:
+		sc.dirs.Add(1)
+		n.entries = append(n.entries, Entry{Name: name, Type: TypeDir, Mode: perm})
+		n.stats = append(n.stats, statKey{size: -1})
+		n.dirIdx = append(n.dirIdx, len(n.entries)-1)
+		return &subdir{p, joinRel(n.rel, name), perm}, nil
+	case syscall.S_IFLNK:
+		target, err := os.Readlink(p)
+		if err != nil {
+			return nil, err
+		}
+		if target == "" || len(target) > MaxTargetLen {
+			sc.skipped.Add(1)
+			return nil, nil
+		}
+		sc.symlinks.Add(1)
+		n.entries = append(n.entries, Entry{Name: name, Type: TypeSymlink, Mode: perm,
+			ModTime: key.mtime, Size: int64(len(target)), Target: target})
+		n.stats = append(n.stats, statKey{size: -1})
+	default:
+		sc.skipped.Add(1)
+	}
+	return nil, nil
+}
+
+// walkSubdirs walks the subdirectories of n into n.subdirs, in goroutines
+// while walking slots are free, else in this one; it returns the first
+// error.
+func (sc *scanner) walkSubdirs(n *scanNode, subs []subdir) error {
 	n.subdirs = make([]*scanNode, len(subs))
 	var (
 		wg       sync.WaitGroup
@@ -412,7 +437,6 @@ func (sc *scanner) walk(path, rel string, mode fs.FileMode) (*scanNode, error) {
 		firstErr error
 	)
 	for i, s := range subs {
-		i, s := i, s
 		walkSub := func() {
 			c, err := sc.walk(s.path, s.rel, s.mode)
 			mu.Lock()
@@ -435,10 +459,7 @@ func (sc *scanner) walk(path, rel string, mode fs.FileMode) (*scanNode, error) {
 		}
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	return n, nil
+	return firstErr
 }
 
 // queue sends the files of n and its subdirectories, in walk order, to be
