@@ -112,7 +112,7 @@ func (l *lease) run(ctx context.Context, sup *supervisor.Client, cw *runtime.Com
 		// be reached; in the second case the control plane asks
 		// about the command after its acknowledgement timeout.
 		l.a.log.Warn("run command", "command", id, "err", err)
-		if code := bothy.ErrorCode(err); code == bothy.EINVALID || code == bothy.EINVALIDPATH {
+		if code := bothy.ErrorCode(err); code == bothy.EINVALID || code == bothy.EINVALIDPATH || code == bothy.ETOOLARGE {
 			l.report(ctx, id, &runtime.Report{State: bothy.RunRunning})
 			l.report(ctx, id, &runtime.Report{State: bothy.RunFailed, Error: bothy.ErrorMessage(err)})
 		}

@@ -353,8 +353,12 @@ func (a *Agent) recover(ctx context.Context) {
 			a.log.Warn("lease directory without a readable record; removing its layers", "dir", dir, "err", err)
 			// Its mode is unknown: an overlay's removal, then a copy's,
 			// which never deletes through what is still mounted.
-			(&hostcache.Overlay{Merged: filepath.Join(dir, "ws", "merged")}).Remove(ctx)
-			(&hostcache.Copy{Dir: filepath.Join(dir, "ws")}).Remove(ctx)
+			oerr := (&hostcache.Overlay{Merged: filepath.Join(dir, "ws", "merged")}).Remove(ctx)
+			cerr := (&hostcache.Copy{Dir: filepath.Join(dir, "ws")}).Remove(ctx)
+			if err := errors.Join(oerr, cerr); err != nil {
+				a.log.Error("lease directory without a record still holds what cannot be removed; leaving it", "dir", dir, "err", err)
+				continue
+			}
 			os.RemoveAll(dir)
 			continue
 		}

@@ -219,11 +219,16 @@ func Exe() ([]string, error) {
 	return SupervisorFor(exe), nil
 }
 
+// BuildStampFlag is the linker flag that stamps a build of bothy and
+// bothy-supervisor made together (scripts/quickstart sets it to a value of
+// its own per build): `-X BuildStampFlag=VALUE`.
+const BuildStampFlag = "github.com/bothyhq/bothy/supervisor.BuildStamp"
+
 // SupervisorFor returns the command that runs a lease's supervisor for the
 // bothy binary exe: SupervisorProgram beside it, if that is an executable
-// of the same build (module version and VCS revision), because it holds
-// far less memory per lease than the whole of bothy; else exe's own
-// "supervisor" verb (go run, test binaries, a stale program).
+// of the same build, because it holds far less memory per lease than the
+// whole of bothy; else exe's own "supervisor" verb (go run, test binaries,
+// a stale or unstamped program).
 func SupervisorFor(exe string) []string {
 	sup := filepath.Join(filepath.Dir(exe), SupervisorProgram)
 	if fi, err := os.Stat(sup); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 && sameBuild(exe, sup) {
@@ -232,8 +237,11 @@ func SupervisorFor(exe string) []string {
 	return []string{exe, "supervisor"}
 }
 
-// sameBuild reports whether the binaries a and b were built from the same
-// module version and VCS revision.
+// sameBuild reports whether the binaries a and b were built together: the
+// same module, Go version and VCS settings, and the same build stamp
+// (BuildStampFlag). Module and VCS settings alone cannot tell two builds
+// of one dirty tree, or two builds without VCS information, apart, so a
+// binary without a stamp is never taken for another's.
 func sameBuild(a, b string) bool {
 	ia, err := buildinfo.ReadFile(a)
 	if err != nil {
@@ -243,10 +251,34 @@ func sameBuild(a, b string) bool {
 	if err != nil {
 		return false
 	}
-	return ia.Main.Path == ib.Main.Path && buildID(ia) == buildID(ib)
+	stamp := buildStamp(ia)
+	return stamp != "" && stamp == buildStamp(ib) && ia.Main.Path == ib.Main.Path && buildID(ia) == buildID(ib)
 }
 
-// buildID names a build by its module version and VCS settings.
+// buildStamp returns the value that the build's linker flags gave
+// BuildStampFlag, or "".
+func buildStamp(bi *debug.BuildInfo) string {
+	for _, s := range bi.Settings {
+		if s.Key != "-ldflags" {
+			continue
+		}
+		f := strings.Fields(s.Value)
+		for i, arg := range f {
+			if arg == "-X" && i+1 < len(f) {
+				arg = f[i+1]
+			} else if v, ok := strings.CutPrefix(arg, "-X="); ok {
+				arg = v
+			}
+			if v, ok := strings.CutPrefix(arg, BuildStampFlag+"="); ok {
+				return v
+			}
+		}
+	}
+	return ""
+}
+
+// buildID names a build by its Go version, module version and VCS
+// settings.
 func buildID(bi *debug.BuildInfo) string {
 	id := bi.GoVersion + " " + bi.Main.Version
 	for _, s := range bi.Settings {

@@ -1,6 +1,7 @@
 package supervisor_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -9,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io/fs"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -190,6 +192,47 @@ func TestRun_SecretErrInvalid(t *testing.T) {
 	run(t, c, "empty", bothy.RunSpec{Script: `echo "[${E-unset}]"`, Secrets: map[string]string{"E": ""}})
 	if out, _ := streams(t, events(t, c, "empty", 0)); out != "[]\n" {
 		t.Fatalf("empty secret: %q", out)
+	}
+}
+
+// TestRun_ServerValidates: the supervisor validates a run itself (the
+// client's own check is not all that stands in the way): a run request
+// written straight to its socket with a spec the client would refuse is
+// refused with EINVALID and starts nothing.
+func TestRun_ServerValidates(t *testing.T) {
+	t.Parallel()
+	l := newLease(t)
+	_, c := l.spawn(t)
+	for name, spec := range map[string]bothy.RunSpec{
+		"in env and secrets": {Argv: []string{"true"}, Env: map[string]string{"K": "v"}, Secrets: map[string]string{"K": "long-value"}},
+		"bad name":           {Argv: []string{"true"}, Secrets: map[string]string{"1K": "long-value"}},
+		"no program":         {},
+		"nul in argv":        {Argv: []string{"tr\x00ue"}},
+	} {
+		id := "raw-" + strings.ReplaceAll(name, " ", "-")
+		conn, err := net.Dial("unix", supervisor.SocketPath(l.sup))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(&supervisor.Request{Op: supervisor.OpRun, CommandID: id, RunSpec: spec})
+		if _, err := conn.Write(append(b, '\n')); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(conn).ReadBytes('\n')
+		conn.Close()
+		if err != nil {
+			t.Fatalf("%s: read answer: %v", name, err)
+		}
+		var resp supervisor.Response
+		if err := json.Unmarshal(line, &resp); err != nil {
+			t.Fatalf("%s: %v: %s", name, err, line)
+		}
+		if resp.Error == nil || resp.Error.Code != bothy.EINVALID || strings.Contains(resp.Error.Message, "long") {
+			t.Errorf("%s: answer %s, want EINVALID naming no value", name, line)
+		}
+		if st := status(t, c, id); st.State != bothy.RunNeverSeen {
+			t.Errorf("%s: refused run left %+v", name, st)
+		}
 	}
 }
 

@@ -19,6 +19,11 @@ import (
 	"github.com/bothyhq/bothy"
 )
 
+// BuildStamp is set by the linker (server.BuildStampFlag) when bothy and
+// bothy-supervisor are built together; the agent runs bothy-supervisor
+// only when its stamp is bothy's own.
+var BuildStamp string
+
 // HandleFile is the name of the encoded sandbox handle in a supervisor
 // directory, written by Init and read by Main.
 const HandleFile = "handle.json"
