@@ -43,6 +43,9 @@
 //     writes only under /workspace, /tmp and /dev/shm) and installs the
 //     same seccomp filter before it forks the command: a command is no
 //     child of the sandbox's pid 1, so it would not inherit its filter.
+//     Before the filter it closes every descriptor but standard input,
+//     output and error, the environment's pipe and the command's secret
+//     files.
 //     After exec it has no capabilities; its bounding set is full but
 //     bound to the sandbox's user namespace, and no_new_privs keeps file
 //     capabilities and set-uid programs from filling the others. A bash

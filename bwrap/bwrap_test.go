@@ -98,3 +98,29 @@ func TestProvider_Limits(t *testing.T) {
 		}
 	})
 }
+
+// TestExec_OnlyItsDescriptors: a descriptor open in the caller without
+// close-on-exec (78 here, as one the agent inherited would be) does not
+// reach the command, which has standard input, output and error and its
+// secret files only: the enter program closes the rest.
+func TestExec_OnlyItsDescriptors(t *testing.T) {
+	p := newProvider(t)
+	h, _ := providertest.Start(t, p, bothy.LeaseSpec{})
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Dup3(int(f.Fd()), 78, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(78)
+	res, out, errOut := providertest.Exec(t, p, h, bothy.ExecSpec{
+		Script:      `echo "$(for f in /proc/self/fd/*; do [ -L "$f" ] && printf '%s ' "${f##*/}"; done)"; echo "$A_FILE $B_FILE"`,
+		SecretFiles: map[string]string{"A_FILE": "a", "B_FILE": "b"},
+	})
+	// The glob's own descriptor is closed by the time of the test.
+	if want := "0 1 12 13 2 \n/dev/fd/12 /dev/fd/13\n"; res.ExitCode != 0 || out != want {
+		t.Fatalf("the command's descriptors and files: %q (stderr %q, result %+v), want %q", out, errOut, res, want)
+	}
+}

@@ -34,6 +34,9 @@ import (
 //     holder's root and becomes the lease's uid and gid there;
 //   - it restricts itself with Landlock (landlock.go), unless the lease
 //     has no Landlock ABI ("-"), opening the rules' paths in the sandbox;
+//   - it closes every descriptor but standard input, output and error,
+//     envFD and the secret files, which follow the holder's: no other
+//     descriptor, whoever opened it, reaches the command;
 //   - it installs the seccomp filter, which denies setns among others, so
 //     it comes after the namespaces and before any code of the lease;
 //   - it forks, because only its children are in the sandbox's pid
@@ -41,13 +44,14 @@ import (
 //     waits and exits as the child did, as nsenter does.
 //
 // Its arguments: the uid, the numbers of the calls it makes
-// (syscallNumbers.String), the filter in hex, the file size limit and the
-// Landlock rules (landlockRules). Perl's syscall passes a scalar as an
+// (syscallNumbers.String), the filter in hex, the file size limit, the
+// Landlock rules (landlockRules), the first secret file's descriptor and
+// the descriptor after the last. Perl's syscall passes a scalar as an
 // integer only if it is a number, hence the "+ 0"s, and a string only if
 // it is writable, which a pack of constants is not. Exit status 125 means
 // the command could not enter its cgroups or sandbox (a Stop raced).
-const enterProgram = `my ($uid, $nr, $prog, $fsize, $ll) = (shift() + 0, shift, pack("H*", shift), shift() + 0, shift);
-my ($setgroups, $prctl, $setns, $fchdir, $setresgid, $setresuid, $seccomp, $prlimit, $llcreate, $lladd, $llrestrict) = map { $_ + 0 } split(/,/, $nr);
+const enterProgram = `my ($uid, $nr, $prog, $fsize, $ll, $secrets, $end) = (shift() + 0, shift, pack("H*", shift), shift() + 0, shift, shift() + 0, shift() + 0);
+my ($setgroups, $prctl, $setns, $fchdir, $setresgid, $setresuid, $seccomp, $prlimit, $llcreate, $lladd, $llrestrict, $closerange) = map { $_ + 0 } split(/,/, $nr);
 sub fail { print STDERR "bothy: $_[0]: $!\n"; exit 125 }
 while (@ARGV) { my $f = shift; last if $f eq "--"; my $c; open($c, ">", $f) && print($c "$$\n") && close($c) or fail("cannot enter cgroup $f") }
 !$fsize or syscall($prlimit, 0, 1, pack("QQ", $fsize, $fsize), 0) == 0 or fail("limit file size");
@@ -67,6 +71,7 @@ if ($ll ne "-") {
 	}
 	syscall($llrestrict, $rs, 0) == 0 or fail("landlock_restrict_self");
 }
+syscall($closerange, 4, $secrets - 1, 0) == 0 && syscall($closerange, $end, 4294967295, 0) == 0 or fail("close descriptors");
 syscall($seccomp, 1, 0, pack("S x![P] P", length($prog) / 8, $prog)) == 0 or fail("seccomp");
 defined(my $pid = fork) or fail("fork");
 if (!$pid) { exec { $ARGV[0] } @ARGV; print STDERR "bothy: exec $ARGV[0]: $!\n"; exit 127 }
@@ -80,12 +85,13 @@ exit($sig ? 128 + $sig : $? >> 8);`
 type syscallNumbers struct {
 	setgroups, prctl, setns, fchdir, setresgid, setresuid, seccomp, prlimit64 uint32
 	landlockCreateRuleset, landlockAddRule, landlockRestrictSelf              uint32
+	closeRange                                                                uint32
 }
 
 // String returns the numbers in enterProgram's order, separated by commas.
 func (n syscallNumbers) String() string {
-	return fmt.Sprintf("%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", n.setgroups, n.prctl, n.setns, n.fchdir, n.setresgid, n.setresuid, n.seccomp,
-		n.prlimit64, n.landlockCreateRuleset, n.landlockAddRule, n.landlockRestrictSelf)
+	return fmt.Sprintf("%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d", n.setgroups, n.prctl, n.setns, n.fchdir, n.setresgid, n.setresuid, n.seccomp,
+		n.prlimit64, n.landlockCreateRuleset, n.landlockAddRule, n.landlockRestrictSelf, n.closeRange)
 }
 
 // envFD is the descriptor that carries the command's environment as
@@ -93,17 +99,18 @@ func (n syscallNumbers) String() string {
 // in a command line (which every user of the host can read) nor in the
 // environment of the root enter program. nsFD is the first of the
 // holder's namespace descriptors (in the order of namespaces), then its
-// root; enterProgram and wrapper know them as 4 to 10 and 11.
+// root; enterProgram knows them as 4 to 10 and 11, and closes them.
 const (
 	envFD = 3
 	nsFD  = 4
 )
 
 // wrapper runs in the sandbox as the lease's uid: it sets the environment
-// from envFD, closes the descriptors it was given, changes to the working
-// directory ($1) and execs the command. Exit status 126 means the working
-// directory could not be entered.
-const wrapper = `while IFS= read -r -d '' kv; do export "$kv"; done <&3; unset OLDPWD; exec 3<&- 4<&- 5<&- 6<&- 7<&- 8<&- 9<&- 10<&- 11<&-; cd -- "$1" || exit 126; shift; exec "$@"`
+// from envFD and closes it, changes to the working directory ($1) and
+// execs the command, which then has standard input, output and error and
+// its secret files only. Exit status 126 means the working directory
+// could not be entered.
+const wrapper = `while IFS= read -r -d '' kv; do export "$kv"; done <&3; unset OLDPWD; exec 3<&-; cd -- "$1" || exit 126; shift; exec "$@"`
 
 // Exec enters the lease's sandbox with enterProgram, in cgroups of its
 // own, as the lease's uid, under Landlock and the seccomp filter. If the
@@ -149,8 +156,9 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	}()
 
 	// Secret files follow the enter program's descriptors (3 to 11),
-	// which the wrapper closes.
-	files, fileEnv, err := sandbox.SecretFiles(spec.SecretFiles, 4+len(holder))
+	// which it and the wrapper close.
+	firstFile := nsFD + len(holder)
+	files, fileEnv, err := sandbox.SecretFiles(spec.SecretFiles, firstFile)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +173,7 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		envW.Close()
 	}()
 
-	cmd := sandbox.Command(context.Background(), "/usr/bin/perl", p.argv(h, st, cg, cwd, spec)...)
+	cmd := sandbox.Command(context.Background(), "/usr/bin/perl", p.argv(h, st, cg, cwd, spec, firstFile, firstFile+len(files))...)
 	cmd.ExtraFiles = append(append([]*os.File{envR}, holder...), files...) // envFD, nsFD..., secret files
 
 	pidsDir := st.Cgroups.V1["pids"]
@@ -190,10 +198,12 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 }
 
 // argv returns the arguments of perl: enterProgram and its arguments,
-// then the wrapper and the command.
-func (p *Provider) argv(h *bothy.SandboxHandle, st *state, cg *commandCgroups, cwd string, spec bothy.ExecSpec) []string {
+// then the wrapper and the command. The command keeps the descriptors
+// from firstFile to endFile (excluded), its secret files.
+func (p *Provider) argv(h *bothy.SandboxHandle, st *state, cg *commandCgroups, cwd string, spec bothy.ExecSpec, firstFile, endFile int) []string {
 	args := []string{"-e", enterProgram, strconv.Itoa(st.UID), enterSyscalls.String(), hex.EncodeToString(p.filter),
-		strconv.FormatInt(h.Limits.FileSizeLimit(spec.Limits), 10), landlockRules(st.Landlock)}
+		strconv.FormatInt(h.Limits.FileSizeLimit(spec.Limits), 10), landlockRules(st.Landlock),
+		strconv.Itoa(firstFile), strconv.Itoa(endFile)}
 	args = append(args, st.Cgroups.procsFiles(cg)...)
 	args = append(args, "--", "/bin/bash", "-c", wrapper, "bothy-exec", filepath.Join("/workspace", cwd))
 	if spec.Script != "" {

@@ -37,5 +37,5 @@ var enterSyscalls = syscallNumbers{
 	fchdir: unix.SYS_FCHDIR, setresgid: unix.SYS_SETRESGID, setresuid: unix.SYS_SETRESUID,
 	seccomp: unix.SYS_SECCOMP, prlimit64: unix.SYS_PRLIMIT64,
 	landlockCreateRuleset: unix.SYS_LANDLOCK_CREATE_RULESET, landlockAddRule: unix.SYS_LANDLOCK_ADD_RULE,
-	landlockRestrictSelf: unix.SYS_LANDLOCK_RESTRICT_SELF,
+	landlockRestrictSelf: unix.SYS_LANDLOCK_RESTRICT_SELF, closeRange: unix.SYS_CLOSE_RANGE,
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 // BuildStamp is set by the linker (server.BuildStampFlag) when bothy and
@@ -116,6 +117,13 @@ func Main(args []string, providers ...bothy.Provider) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// What started the supervisor (an agent, by Spawn) gave it only
+	// standard input, output and error; a descriptor it inherited anyway
+	// reaches none of its commands.
+	if err := sandbox.CloseInheritedOnExec(); err != nil {
+		log.Error("supervisor", "err", err)
+		return 1
+	}
 	if *dir == "" {
 		log.Error("supervisor: -dir is required")
 		return 2

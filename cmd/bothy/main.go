@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/sandbox"
 )
 
 const usage = `bothy: durable computers for AI agents
@@ -85,6 +86,13 @@ Run "bothy COMMAND -h" for a command's flags.
 `
 
 func main() {
+	// Nothing that started bothy passes a descriptor on to what bothy
+	// starts (supervisors, sandboxes, commands): only what each child is
+	// given as its ExtraFiles.
+	if err := sandbox.CloseInheritedOnExec(); err != nil {
+		fmt.Fprintf(os.Stderr, "bothy: %s\n", err)
+		os.Exit(1)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:])
 	stop()

@@ -56,6 +56,13 @@ func startServeWith(t *testing.T, data string, env []string, args ...string) *se
 	t.Helper()
 	cmd := bothyCmd(t, append([]string{"serve", "--data", data, "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(cmd.Env, env...)
+	return startServeCmd(t, cmd)
+}
+
+// startServeCmd starts cmd, a `bothy serve` command, and waits for the two
+// lines it prints.
+func startServeCmd(t *testing.T, cmd *exec.Cmd) *server {
+	t.Helper()
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
