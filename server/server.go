@@ -105,7 +105,7 @@ func New(cfg Config) (*Server, error) {
 	slices.Sort(names)
 	files := workspace.New(cfg.Store, cfg.Blobs, workspace.Options{})
 	api := bhttp.NewServer(cfg.Store, ctl.Files(files), bhttp.Options{Logger: cfg.Logger, Compute: ctl, Receipts: ctl, Profiles: names})
-	rt := runtime.Handler(ctl, cfg.Logger)
+	rt := runtime.Handler(ctl, cfg.Logger, nil)
 	// Not a ServeMux: it would clean "a/../b" in a file path and redirect,
 	// where the API refuses it.
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
