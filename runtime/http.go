@@ -36,7 +36,7 @@ const (
 // MaxSmallBody bounds the other messages, which hold a few fields.
 const (
 	MaxBody      = 8 << 20
-	MaxSmallBody = 64 << 10
+	MaxSmallBody = 1 << 20
 )
 
 // A Budget bounds the bytes of request bodies being read and decoded at
