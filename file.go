@@ -166,7 +166,8 @@ type FileService interface {
 	Lstat(ctx context.Context, tenantID, computerID, path string) (*FileInfo, error)
 	// ReadDir lists a directory sorted by name. A file is ENOTDIR.
 	ReadDir(ctx context.Context, tenantID, computerID, path string, opts ReadDirOptions) ([]*FileInfo, error)
-	// Glob returns up to limit paths matching pattern: path.Match syntax per
+	// Glob returns up to limit paths (0 means a default of 1000, and at most
+	// 10,000) matching pattern: path.Match syntax per
 	// element, plus '**' for any number of directories (at most 8 in one
 	// pattern). Symlinks are matched but not descended into. A bad pattern is
 	// EINVALID.

@@ -215,6 +215,26 @@ func (c *Controller) authAgent(ctx context.Context, token, agentID string) error
 	return bothy.Errorf(bothy.EUNAUTHORIZED, "agent token is not valid")
 }
 
+// AuthenticateAgent implements runtime.Authenticator: the server's agent
+// token, or a token of the store for some agent (Poll checks which).
+func (c *Controller) AuthenticateAgent(ctx context.Context, token string) error {
+	if c.cfg.AgentToken != "" && subtle.ConstantTimeCompare([]byte(token), []byte(c.cfg.AgentToken)) == 1 {
+		return nil
+	}
+	if strings.HasPrefix(token, bothy.TokenPrefix) {
+		if p, err := c.store.ResolveToken(ctx, token); err == nil && bothy.AgentOf(p.Scopes) != "" {
+			return nil
+		}
+	}
+	return bothy.Errorf(bothy.EUNAUTHORIZED, "agent token is not valid")
+}
+
+// AuthenticateLease implements runtime.Authenticator.
+func (c *Controller) AuthenticateLease(ctx context.Context, cred string) error {
+	_, err := c.claims(cred)
+	return err
+}
+
 // withSecrets returns spec with the values of the command's secrets, read
 // now from the secret service: they go to the runtime in the run action
 // and are kept nowhere by the control plane. A secret that cannot be read

@@ -39,7 +39,7 @@ func (s *Server) handleRunCommand(w nethttp.ResponseWriter, r *nethttp.Request, 
 		return errNoCompute
 	}
 	var req bothy.RunRequest
-	if err := readJSON(w, r, s.opts.MaxRunSize, &req); err != nil {
+	if err := s.readJSON(w, r, s.opts.MaxRunSize, &req); err != nil {
 		return err
 	} else if err := req.Validate(); err != nil {
 		return err

@@ -30,7 +30,7 @@ type RevisionList struct {
 
 func (s *Server) handleCreateComputer(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
 	var req CreateComputerRequest
-	if err := readJSON(w, r, s.opts.MaxJSONSize, &req); err != nil {
+	if err := s.readJSON(w, r, s.opts.MaxJSONSize, &req); err != nil {
 		return err
 	}
 	if req.Profile == "" {

@@ -67,15 +67,33 @@ func writeJSON(w nethttp.ResponseWriter, status int, v any) {
 
 // readJSON decodes the body of r, at most max bytes, into v. Unknown fields
 // are refused, so that a misspelt option is an error rather than ignored.
-func readJSON(w nethttp.ResponseWriter, r *nethttp.Request, max int64, v any) error {
+func (s *Server) readJSON(w nethttp.ResponseWriter, r *nethttp.Request, max int64, v any) error {
+	return s.decodeJSON(w, r, max, func(dec *json.Decoder) error { return dec.Decode(v) })
+}
+
+// decodeJSON runs decode on a decoder of the body of r, which reads at most
+// max bytes. The body takes its length, or max if that is unknown, of the
+// server's budget while it is decoded.
+func (s *Server) decodeJSON(w nethttp.ResponseWriter, r *nethttp.Request, max int64, decode func(*json.Decoder) error) error {
 	if r.ContentLength > max {
 		return bothy.Errorf(bothy.ETOOLARGE, "request body is over %d bytes", max)
 	}
+	n := r.ContentLength
+	if n < 0 {
+		n = max
+	}
+	if !s.opts.Budget.Acquire(n) {
+		w.Header().Set("Retry-After", "1")
+		return bothy.Errorf(bothy.EUNAVAILABLE, "the server is reading too many request bodies at once; retry")
+	}
+	defer s.opts.Budget.Release(n)
 	dec := json.NewDecoder(nethttp.MaxBytesReader(w, r.Body, max))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := decode(dec); err != nil {
 		if e := tooLarge(err); e != nil {
 			return e
+		} else if bothy.ErrorCode(err) != bothy.EINTERNAL {
+			return err // the decode's own refusal
 		} else if errors.Is(err, io.EOF) {
 			return bothy.Errorf(bothy.EINVALID, "request body is empty; want a JSON object")
 		}

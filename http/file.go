@@ -1,6 +1,7 @@
 package http
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
@@ -257,7 +258,7 @@ func (s *Server) handleGlob(w nethttp.ResponseWriter, r *nethttp.Request, p *bot
 
 func (s *Server) handleGrep(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
 	var opts bothy.GrepOptions
-	if err := readJSON(w, r, s.opts.MaxJSONSize, &opts); err != nil {
+	if err := s.readJSON(w, r, s.opts.MaxJSONSize, &opts); err != nil {
 		return err
 	}
 	res, err := s.files.Grep(r.Context(), p.TenantID, r.PathValue("id"), opts)
@@ -273,10 +274,10 @@ func (s *Server) handleGrep(w nethttp.ResponseWriter, r *nethttp.Request, p *bot
 
 // mutation decodes a JSON body of type T and writes the revision that do
 // commits.
-func mutation[T any](max int64, do func(r *nethttp.Request, p *bothy.Principal, req *T) (*bothy.Revision, error)) func(nethttp.ResponseWriter, *nethttp.Request, *bothy.Principal) error {
+func mutation[T any](s *Server, max int64, do func(r *nethttp.Request, p *bothy.Principal, req *T) (*bothy.Revision, error)) func(nethttp.ResponseWriter, *nethttp.Request, *bothy.Principal) error {
 	return func(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
 		var req T
-		if err := readJSON(w, r, max, &req); err != nil {
+		if err := s.readJSON(w, r, max, &req); err != nil {
 			return err
 		}
 		rev, err := do(r, p, &req)
@@ -289,37 +290,96 @@ func mutation[T any](max int64, do func(r *nethttp.Request, p *bothy.Principal, 
 }
 
 func (s *Server) handleMkdir(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
-	return mutation(s.opts.MaxJSONSize, func(r *nethttp.Request, p *bothy.Principal, req *MkdirRequest) (*bothy.Revision, error) {
+	return mutation(s, s.opts.MaxJSONSize, func(r *nethttp.Request, p *bothy.Principal, req *MkdirRequest) (*bothy.Revision, error) {
 		return s.files.Mkdir(r.Context(), p.TenantID, r.PathValue("id"), req.Path, bothy.MkdirOptions{Mode: req.Mode, Parents: req.Parents})
 	})(w, r, p)
 }
 
 func (s *Server) handleRemove(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
-	return mutation(s.opts.MaxJSONSize, func(r *nethttp.Request, p *bothy.Principal, req *RemoveRequest) (*bothy.Revision, error) {
+	return mutation(s, s.opts.MaxJSONSize, func(r *nethttp.Request, p *bothy.Principal, req *RemoveRequest) (*bothy.Revision, error) {
 		return s.files.Remove(r.Context(), p.TenantID, r.PathValue("id"), req.Path, bothy.RemoveOptions{Recursive: req.Recursive, Force: req.Force})
 	})(w, r, p)
 }
 
 func (s *Server) handleRename(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
-	return mutation(s.opts.MaxJSONSize, func(r *nethttp.Request, p *bothy.Principal, req *RenameRequest) (*bothy.Revision, error) {
+	return mutation(s, s.opts.MaxJSONSize, func(r *nethttp.Request, p *bothy.Principal, req *RenameRequest) (*bothy.Revision, error) {
 		return s.files.Rename(r.Context(), p.TenantID, r.PathValue("id"), req.From, req.To)
 	})(w, r, p)
 }
 
 func (s *Server) handleSymlink(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
-	return mutation(s.opts.MaxJSONSize, func(r *nethttp.Request, p *bothy.Principal, req *SymlinkRequest) (*bothy.Revision, error) {
+	return mutation(s, s.opts.MaxJSONSize, func(r *nethttp.Request, p *bothy.Principal, req *SymlinkRequest) (*bothy.Revision, error) {
 		return s.files.Symlink(r.Context(), p.TenantID, r.PathValue("id"), req.Target, req.Path)
 	})(w, r, p)
 }
 
 func (s *Server) handleChmod(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
-	return mutation(s.opts.MaxJSONSize, func(r *nethttp.Request, p *bothy.Principal, req *ChmodRequest) (*bothy.Revision, error) {
+	return mutation(s, s.opts.MaxJSONSize, func(r *nethttp.Request, p *bothy.Principal, req *ChmodRequest) (*bothy.Revision, error) {
 		return s.files.Chmod(r.Context(), p.TenantID, r.PathValue("id"), req.Path, req.Mode)
 	})(w, r, p)
 }
 
+// handleOps decodes a batch one operation at a time, so that a batch of
+// more than MaxOps operations is refused before the rest is read.
 func (s *Server) handleOps(w nethttp.ResponseWriter, r *nethttp.Request, p *bothy.Principal) error {
-	return mutation(s.opts.MaxOpsSize, func(r *nethttp.Request, p *bothy.Principal, req *OpsRequest) (*bothy.Revision, error) {
-		return s.files.Apply(r.Context(), p.TenantID, r.PathValue("id"), req.Ops)
-	})(w, r, p)
+	var req OpsRequest
+	if err := s.decodeJSON(w, r, s.opts.MaxOpsSize, func(dec *json.Decoder) error { return decodeOps(dec, s.opts.MaxOps, &req) }); err != nil {
+		return err
+	}
+	rev, err := s.files.Apply(r.Context(), p.TenantID, r.PathValue("id"), req.Ops)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, nethttp.StatusOK, rev)
+	return nil
+}
+
+// decodeOps decodes an OpsRequest from dec as json.Decoder.Decode would,
+// unknown fields refused, but ETOOLARGE at operation max+1.
+func decodeOps(dec *json.Decoder, max int, req *OpsRequest) error {
+	if err := wantDelim(dec, '{', "a JSON object"); err != nil {
+		return err
+	}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return err
+		} else if k, _ := t.(string); !strings.EqualFold(k, "ops") {
+			return bothy.Errorf(bothy.EINVALID, "request body: json: unknown field %q", k)
+		}
+		if t, err = dec.Token(); err != nil {
+			return err
+		} else if t == nil {
+			req.Ops = nil
+			continue
+		} else if t != json.Delim('[') {
+			return bothy.Errorf(bothy.EINVALID, "request body: ops must be an array")
+		}
+		req.Ops = req.Ops[:0]
+		for dec.More() {
+			if len(req.Ops) == max {
+				return bothy.Errorf(bothy.ETOOLARGE, "batch has more than %d operations, the limit", max)
+			}
+			var op bothy.FileOp
+			if err := dec.Decode(&op); err != nil {
+				return err
+			}
+			req.Ops = append(req.Ops, op)
+		}
+		if err := wantDelim(dec, ']', "the end of ops"); err != nil {
+			return err
+		}
+	}
+	return wantDelim(dec, '}', "the end of the object")
+}
+
+// wantDelim reads the next token of dec, which must be d.
+func wantDelim(dec *json.Decoder, d json.Delim, what string) error {
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	} else if t != d {
+		return bothy.Errorf(bothy.EINVALID, "request body: want %s", what)
+	}
+	return nil
 }

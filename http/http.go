@@ -28,6 +28,9 @@ const (
 	// DefaultMaxRunSize is the largest body of a run request: stdin and
 	// argv may each reach 1 MiB, and JSON escaping can grow them sixfold.
 	DefaultMaxRunSize = 16 << 20
+	// DefaultMaxOps is the most operations of a batch, as in package
+	// workspace.
+	DefaultMaxOps = 1000
 )
 
 // Options configure a Server. Zero values take the defaults.
@@ -40,6 +43,12 @@ type Options struct {
 	MaxOpsSize  int64
 	MaxJSONSize int64
 	MaxRunSize  int64
+	// MaxOps is the most operations of a batch (default DefaultMaxOps): a
+	// batch is refused as soon as one more is decoded.
+	MaxOps int
+	// Budget bounds the bytes of JSON bodies being read at once; default
+	// a budget of DefaultBudget bytes for this server alone.
+	Budget *Budget
 	// Compute runs commands and computers. Without it the command routes
 	// that need a runtime answer 503 unavailable, stop and destroy change
 	// only the stored computer, and event streams end after the stored
@@ -80,6 +89,12 @@ func NewServer(store bothy.Store, files bothy.FileService, opts Options) *Server
 	}
 	if opts.MaxRunSize <= 0 {
 		opts.MaxRunSize = DefaultMaxRunSize
+	}
+	if opts.MaxOps <= 0 {
+		opts.MaxOps = DefaultMaxOps
+	}
+	if opts.Budget == nil {
+		opts.Budget = NewBudget(DefaultBudget)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()

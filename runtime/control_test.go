@@ -22,7 +22,7 @@ func TestClient(t *testing.T) {
 				const token = "agent-token-for-tests"
 				log := slog.New(slog.NewTextHandler(io.Discard, nil))
 				c := control.New(s, control.Config{Profiles: map[string]string{"standard": "fake"}, AgentToken: token, Logger: log})
-				srv := httptest.NewServer(runtime.Handler(c, log))
+				srv := httptest.NewServer(runtime.Handler(c, log, nil))
 				t.Cleanup(srv.Close)
 				return &runtimetest.Env{Control: runtime.NewClient(srv.URL), AgentToken: token, Compute: c, Store: s, Profile: "standard"}
 			})

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -28,25 +29,68 @@ const (
 	pathEvents       = PathPrefix + "commands/{id}/events"
 )
 
-// maxBody bounds a request body: a batch of events is at most
-// bothy.MaxEventsAppend events of at most bothy.MaxEventData bytes, and the
-// agent sends far smaller batches.
-const maxBody = 8 << 20
+// Caps of request bodies by route. MaxBody bounds a poll (the leases an
+// agent holds), a commit (its packs), a release (its residue) and a batch
+// of events, which is at most bothy.MaxEventsAppend events of at most
+// bothy.MaxEventData bytes (the agent sends far smaller batches);
+// MaxSmallBody bounds the other messages, which hold a few fields.
+const (
+	MaxBody      = 8 << 20
+	MaxSmallBody = 1 << 20
+)
 
-// Handler serves a Control over HTTP.
-func Handler(c Control, log *slog.Logger) http.Handler {
+// A Budget bounds the bytes of request bodies being read and decoded at
+// once, across routes and servers (http.Budget is one).
+type Budget interface {
+	// Acquire takes n bytes of the budget, or reports false and takes
+	// nothing if fewer are left.
+	Acquire(n int64) bool
+	// Release gives back n bytes taken by Acquire.
+	Release(n int64)
+}
+
+// An Authenticator checks the credential of a request before Handler reads
+// its body, so that a caller without one costs no memory for it. The
+// methods of Control check the credential again, fully.
+type Authenticator interface {
+	// AuthenticateAgent checks an agent token, for any agent: Poll then
+	// checks that it is the token of the agent the request names.
+	AuthenticateAgent(ctx context.Context, token string) error
+	// AuthenticateLease checks a lease credential's signature and expiry.
+	AuthenticateLease(ctx context.Context, cred string) error
+}
+
+// A Server is a Control that Handler can serve.
+type Server interface {
+	Control
+	Authenticator
+}
+
+// Handler serves a Control over HTTP. Each request's credential is checked
+// before its body is read, and its body is capped by route while it is
+// decoded. budget, if not nil, bounds the bytes of bodies being read at
+// once: past it a request is 503 unavailable.
+func Handler(c Server, log *slog.Logger, budget Budget) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
 	mux := http.NewServeMux()
-	handle := func(pattern string, fn func(r *http.Request, token string) (any, error)) {
+	// handle serves pattern: auth checks the token, then decode reads
+	// the body, at most max bytes, into a request that call runs.
+	handle := func(pattern string, auth func(context.Context, string) error, max int64, call func(r *http.Request, token string, dec func(any) error) (any, error)) {
 		mux.HandleFunc("POST "+pattern, func(w http.ResponseWriter, r *http.Request) {
 			token, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			v, err := fn(r, token)
+			err := auth(r.Context(), token)
+			var v any
+			if err == nil {
+				v, err = call(r, token, func(req any) error { return readJSON(w, r, max, budget, req) })
+			}
 			if err != nil {
 				code := bothy.ErrorCode(err)
 				if code == bothy.EINTERNAL {
 					log.Error("runtime request failed", "path", r.URL.Path, "err", err)
+				} else if code == bothy.EUNAVAILABLE {
+					w.Header().Set("Retry-After", "1")
 				}
 				writeJSON(w, status(code), errorBody{Error: &bothy.Error{Code: code, Message: bothy.ErrorMessage(err)}})
 				return
@@ -57,58 +101,59 @@ func Handler(c Control, log *slog.Logger) http.Handler {
 			writeJSON(w, http.StatusOK, v)
 		})
 	}
-	handle(pathPoll, func(r *http.Request, tok string) (any, error) {
+	agent, lease := c.AuthenticateAgent, c.AuthenticateLease
+	handle(pathPoll, agent, MaxBody, func(r *http.Request, tok string, dec func(any) error) (any, error) {
 		var req PollRequest
-		if err := readJSON(r, &req); err != nil {
+		if err := dec(&req); err != nil {
 			return nil, err
 		}
 		return c.Poll(r.Context(), tok, &req)
 	})
-	handle(pathReady, func(r *http.Request, tok string) (any, error) {
+	handle(pathReady, lease, MaxSmallBody, func(r *http.Request, tok string, dec func(any) error) (any, error) {
 		var req ReadyRequest
-		if err := readJSON(r, &req); err != nil {
+		if err := dec(&req); err != nil {
 			return nil, err
 		}
 		return nil, c.Ready(r.Context(), tok, &req)
 	})
-	handle(pathReleased, func(r *http.Request, tok string) (any, error) {
+	handle(pathReleased, lease, MaxBody, func(r *http.Request, tok string, dec func(any) error) (any, error) {
 		var req ReleaseRequest
-		if err := readJSON(r, &req); err != nil {
+		if err := dec(&req); err != nil {
 			return nil, err
 		}
 		return nil, c.Released(r.Context(), tok, &req)
 	})
-	handle(pathCommit, func(r *http.Request, tok string) (any, error) {
+	handle(pathCommit, lease, MaxBody, func(r *http.Request, tok string, dec func(any) error) (any, error) {
 		var req CommitRequest
-		if err := readJSON(r, &req); err != nil {
+		if err := dec(&req); err != nil {
 			return nil, err
 		}
 		return c.Commit(r.Context(), tok, &req)
 	})
-	handle(pathCheckpointed, func(r *http.Request, tok string) (any, error) {
+	handle(pathCheckpointed, lease, MaxSmallBody, func(r *http.Request, tok string, dec func(any) error) (any, error) {
 		var req CheckpointedRequest
-		if err := readJSON(r, &req); err != nil {
+		if err := dec(&req); err != nil {
 			return nil, err
 		}
 		return nil, c.Checkpointed(r.Context(), tok, &req)
 	})
-	handle(pathApplied, func(r *http.Request, tok string) (any, error) {
+	handle(pathApplied, lease, MaxSmallBody, func(r *http.Request, tok string, dec func(any) error) (any, error) {
 		var req AppliedRequest
-		if err := readJSON(r, &req); err != nil {
+		if err := dec(&req); err != nil {
 			return nil, err
 		}
 		return nil, c.Applied(r.Context(), tok, &req)
 	})
-	handle(pathReport, func(r *http.Request, tok string) (any, error) {
+	handle(pathReport, lease, MaxSmallBody, func(r *http.Request, tok string, dec func(any) error) (any, error) {
 		var req Report
-		if err := readJSON(r, &req); err != nil {
+		if err := dec(&req); err != nil {
 			return nil, err
 		}
 		return nil, c.Report(r.Context(), tok, r.PathValue("id"), &req)
 	})
-	handle(pathEvents, func(r *http.Request, tok string) (any, error) {
+	handle(pathEvents, lease, MaxBody, func(r *http.Request, tok string, dec func(any) error) (any, error) {
 		var req eventsRequest
-		if err := readJSON(r, &req); err != nil {
+		if err := dec(&req); err != nil {
 			return nil, err
 		}
 		return c.AppendEvents(r.Context(), tok, r.PathValue("id"), req.Events)
@@ -138,21 +183,43 @@ func status(code string) int {
 		return http.StatusConflict
 	case bothy.ETOOLARGE:
 		return http.StatusRequestEntityTooLarge
+	case bothy.EUNAVAILABLE:
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }
 
-func readJSON(r *http.Request, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r.Body, maxBody+1))
-	if err != nil {
-		return bothy.Errorf(bothy.EINVALID, "read request: %v", err)
-	} else if len(b) > maxBody {
-		return bothy.Errorf(bothy.ETOOLARGE, "request body over %d bytes", maxBody)
+// readJSON decodes the body of r, at most max bytes, into v as it reads it.
+// A body of unknown length takes max bytes of budget.
+func readJSON(w http.ResponseWriter, r *http.Request, max int64, budget Budget, v any) error {
+	if r.ContentLength > max {
+		return bothy.Errorf(bothy.ETOOLARGE, "request body over %d bytes", max)
 	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return bothy.Errorf(bothy.EINVALID, "request body: %v", err)
+	if budget != nil {
+		n := r.ContentLength
+		if n < 0 {
+			n = max
+		}
+		if !budget.Acquire(n) {
+			return bothy.Errorf(bothy.EUNAVAILABLE, "the server is reading too many request bodies at once; retry")
+		}
+		defer budget.Release(n)
 	}
-	return nil
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, max))
+	err := dec.Decode(v)
+	if err == nil {
+		// Like json.Unmarshal, refuse anything after the value.
+		if _, err = dec.Token(); err == io.EOF {
+			return nil
+		} else if err == nil {
+			err = errors.New("data after the JSON value")
+		}
+	}
+	var mb *http.MaxBytesError
+	if errors.As(err, &mb) {
+		return bothy.Errorf(bothy.ETOOLARGE, "request body over %d bytes", max)
+	}
+	return bothy.Errorf(bothy.EINVALID, "request body: %v", err)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -190,7 +257,7 @@ func (c *Client) call(ctx context.Context, path, token string, in, out any) erro
 		return err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxBody))
 	if err != nil {
 		return err
 	}

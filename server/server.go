@@ -11,6 +11,7 @@ import (
 	"crypto/ed25519"
 	"debug/buildinfo"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/agent"
@@ -104,8 +106,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	slices.Sort(names)
 	files := workspace.New(cfg.Store, cfg.Blobs, workspace.Options{})
-	api := bhttp.NewServer(cfg.Store, ctl.Files(files), bhttp.Options{Logger: cfg.Logger, Compute: ctl, Receipts: ctl, Profiles: names})
-	rt := runtime.Handler(ctl, cfg.Logger)
+	// One budget bounds the bodies both read at once.
+	budget := bhttp.NewBudget(bhttp.DefaultBudget)
+	api := bhttp.NewServer(cfg.Store, ctl.Files(files), bhttp.Options{Logger: cfg.Logger, Compute: ctl, Receipts: ctl, Profiles: names, Budget: budget})
+	rt := runtime.Handler(ctl, cfg.Logger, budget)
 	// Not a ServeMux: it would clean "a/../b" in a file path and redirect,
 	// where the API refuses it.
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -287,4 +291,99 @@ func buildID(bi *debug.BuildInfo) string {
 		}
 	}
 	return id
+}
+
+// Defaults of HTTPOptions.
+const (
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultBodyTimeout       = 30 * time.Second
+	DefaultBodyMinRate       = 64 << 10 // bytes per second
+	DefaultIdleTimeout       = 2 * time.Minute
+)
+
+// HTTPOptions configure NewHTTPServer. Zero values take the defaults.
+type HTTPOptions struct {
+	// ReadHeaderTimeout bounds the reading of a request's headers.
+	ReadHeaderTimeout time.Duration
+	// BodyTimeout and BodyMinRate bound the reading of a request's body:
+	// it must arrive within BodyTimeout plus one second for every
+	// BodyMinRate bytes read, else the connection is closed. A file upload
+	// at a fair rate is never cut, and a connection trickling a body is
+	// not kept for long.
+	BodyTimeout time.Duration
+	BodyMinRate int64
+	// IdleTimeout closes a kept-alive connection that sends no request.
+	IdleTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// NewHTTPServer returns the HTTP server of handler h, with timeouts on
+// reading requests. There is no timeout on reading as a whole nor on
+// writing: the timeout on a body is lifted once it is read, so that long
+// polls and event streams outlive it.
+func NewHTTPServer(h http.Handler, opts HTTPOptions) *http.Server {
+	if opts.ReadHeaderTimeout <= 0 {
+		opts.ReadHeaderTimeout = DefaultReadHeaderTimeout
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
+	}
+	if opts.BodyMinRate <= 0 {
+		opts.BodyMinRate = DefaultBodyMinRate
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = DefaultIdleTimeout
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	return &http.Server{
+		Handler:           bodyDeadline(h, opts.BodyTimeout, opts.BodyMinRate),
+		ReadHeaderTimeout: opts.ReadHeaderTimeout,
+		IdleTimeout:       opts.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+	}
+}
+
+// bodyDeadline sets a read deadline on the connection of each request that
+// has a body, moves it on as the body arrives, and lifts it at the body's
+// end. (http.Server.ReadTimeout would also bound the rest of a long poll:
+// its expiry ends the request's context.)
+func bodyDeadline(h http.Handler, timeout time.Duration, rate int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			h.ServeHTTP(w, r)
+			return
+		}
+		b := &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), start: time.Now(), timeout: timeout, rate: rate}
+		if err := b.rc.SetReadDeadline(b.start.Add(timeout)); err == nil {
+			r.Body = b
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	start   time.Time
+	timeout time.Duration
+	rate    int64
+	n       int64 // bytes read
+	done    bool  // the deadline is lifted
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	if b.done {
+		return n, err
+	} else if err == io.EOF {
+		b.done = true
+		b.rc.SetReadDeadline(time.Time{})
+	} else if err == nil && n > 0 {
+		allowed := b.timeout + time.Duration(float64(b.n)/float64(b.rate)*float64(time.Second))
+		b.rc.SetReadDeadline(b.start.Add(allowed))
+	}
+	return n, err
 }

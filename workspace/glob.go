@@ -12,13 +12,19 @@ import (
 	"github.com/bothyhq/bothy/checkpoint"
 )
 
-// DefaultGlobLimit is the number of results of a Glob with limit 0.
-const DefaultGlobLimit = 1000
+// Glob limits.
+const (
+	// DefaultGlobLimit is the number of results of a Glob with limit 0.
+	DefaultGlobLimit = 1000
+	// MaxGlobLimit caps the caller's limit on results.
+	MaxGlobLimit = 10000
+)
 
 // errStop ends a walk early.
 var errStop = errors.New("stop")
 
-// Glob returns up to limit entries matching pattern, sorted by path: each
+// Glob returns up to limit entries (0 means DefaultGlobLimit, and at most
+// MaxGlobLimit) matching pattern, sorted by path: each
 // element is matched with path.Match (so '*' matches names starting with
 // '.'), and an element "**" matches any number of directories, none
 // included. Symlinks are matched but never descended into. The pattern is
@@ -32,6 +38,7 @@ func (f *FS) Glob(ctx context.Context, tenantID, computerID, pattern string, lim
 	} else if limit == 0 {
 		limit = DefaultGlobLimit
 	}
+	limit = min(limit, MaxGlobLimit)
 	t, err := f.read(ctx, tenantID, computerID)
 	if err != nil {
 		return nil, err

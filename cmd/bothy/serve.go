@@ -142,11 +142,7 @@ func (o *serveOptions) newServer(e *env, key ed25519.PrivateKey) (*bserver.Serve
 // shutdownGrace.
 func (o *serveOptions) serve(ctx context.Context, ln net.Listener, url string, s *bserver.Server, e *env) error {
 	log := o.log
-	srv := &nethttp.Server{
-		Handler:           s.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv := bserver.NewHTTPServer(s.Handler(), bserver.HTTPOptions{Logger: log})
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	runCtx, stopRun := context.WithCancel(ctx)
