@@ -29,6 +29,9 @@ var statuses = map[string]int{
 	bothy.EINTERNAL:     nethttp.StatusInternalServerError,
 }
 
+// retryAfter is the Retry-After, in seconds, of every 503 answer.
+const retryAfter = "2"
+
 // errorResponse is the body of every error: {"error": {"code", "message"}}.
 type errorResponse struct {
 	Error errorBody `json:"error"`
@@ -49,9 +52,18 @@ func (s *Server) writeError(w nethttp.ResponseWriter, r *nethttp.Request, err er
 	}
 	if status == nethttp.StatusInternalServerError {
 		s.log.Error("http request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
+	} else if _, bare := err.(*bothy.Error); !bare && code == bothy.EUNAVAILABLE {
+		// A classified driver error: its cause is in the
+		// chain, for the operator.
+		s.log.Warn("http request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
 	}
 	if code == bothy.EUNAUTHORIZED {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="bothy"`)
+	}
+	if status == nethttp.StatusServiceUnavailable {
+		// Unavailable is for now: the store is unreachable, the server is
+		// stopping, a runtime is busy. A caller may try again.
+		w.Header().Set("Retry-After", retryAfter)
 	}
 	writeJSON(w, status, errorResponse{errorBody{Code: code, Message: bothy.ErrorMessage(err)}})
 }
