@@ -47,6 +47,10 @@ func Handler(c Control, log *slog.Logger) http.Handler {
 				code := bothy.ErrorCode(err)
 				if code == bothy.EINTERNAL {
 					log.Error("runtime request failed", "path", r.URL.Path, "err", err)
+				} else if _, bare := err.(*bothy.Error); !bare && (code == bothy.EUNAVAILABLE || code == bothy.EINSUFFICIENT) {
+					// A classified store error (unreachable, disk full):
+					// its cause is in the chain, for the operator.
+					log.Warn("runtime request failed", "path", r.URL.Path, "code", code, "err", err)
 				}
 				writeJSON(w, status(code), errorBody{Error: &bothy.Error{Code: code, Message: bothy.ErrorMessage(err)}})
 				return
