@@ -13,6 +13,8 @@ import (
 // statuses maps domain error codes to HTTP statuses. This package is the only
 // place that does. not_directory, is_directory and not_empty are 409: the
 // request is well formed, but the workspace's present state refuses it.
+// insufficient_storage is 507 (RFC 4918): a disk the server writes to is
+// full.
 var statuses = map[string]int{
 	bothy.EINVALID:      nethttp.StatusBadRequest,
 	bothy.EINVALIDPATH:  nethttp.StatusBadRequest,
@@ -25,6 +27,7 @@ var statuses = map[string]int{
 	bothy.ENOTEMPTY:     nethttp.StatusConflict,
 	bothy.ETOOLARGE:     nethttp.StatusRequestEntityTooLarge,
 	bothy.EUNAVAILABLE:  nethttp.StatusServiceUnavailable,
+	bothy.EINSUFFICIENT: nethttp.StatusInsufficientStorage,
 	bothy.ECORRUPT:      nethttp.StatusInternalServerError,
 	bothy.EINTERNAL:     nethttp.StatusInternalServerError,
 }
@@ -52,8 +55,8 @@ func (s *Server) writeError(w nethttp.ResponseWriter, r *nethttp.Request, err er
 	}
 	if status == nethttp.StatusInternalServerError {
 		s.log.Error("http request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
-	} else if _, bare := err.(*bothy.Error); !bare && code == bothy.EUNAVAILABLE {
-		// A classified driver error: its cause is in the
+	} else if _, bare := err.(*bothy.Error); !bare && (code == bothy.EUNAVAILABLE || code == bothy.EINSUFFICIENT) {
+		// A classified driver or file system error: its cause is in the
 		// chain, for the operator.
 		s.log.Warn("http request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
 	}

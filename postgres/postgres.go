@@ -62,6 +62,7 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,
 		IsUnavailable:     isUnavailable,
+		IsFull:            isFull,
 	})
 	if err != nil {
 		db.Close()
@@ -111,3 +112,6 @@ func isUnavailable(err error) bool {
 	c := pgCode(err)
 	return strings.HasPrefix(c, "08") || c == "57P01" || c == "57P02" || c == "57P03"
 }
+
+// isFull reports disk_full (53100): the server's disk is out of space.
+func isFull(err error) bool { return pgCode(err) == "53100" }

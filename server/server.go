@@ -64,7 +64,10 @@ type Config struct {
 	// Control configures the control plane; Profiles, AgentToken,
 	// Receipts, Version and Logger are set from the fields above.
 	Control control.Config
-	Logger  *slog.Logger
+	// MinFreeBytes is the free space on Data's disk under which GET
+	// /readyz reports the server not ready (0 is DefaultMinFreeBytes).
+	MinFreeBytes int64
+	Logger       *slog.Logger
 }
 
 // Server is the assembled control plane.
@@ -104,7 +107,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	slices.Sort(names)
 	files := workspace.New(cfg.Store, cfg.Blobs, workspace.Options{})
-	api := bhttp.NewServer(cfg.Store, ctl.Files(files), bhttp.Options{Logger: cfg.Logger, Compute: ctl, Receipts: ctl, Profiles: names})
+	if cfg.MinFreeBytes <= 0 {
+		cfg.MinFreeBytes = DefaultMinFreeBytes
+	}
+	checks := []bhttp.Check{{Name: "disk", Check: diskCheck(cfg.Data, cfg.MinFreeBytes)}}
+	api := bhttp.NewServer(cfg.Store, ctl.Files(files), bhttp.Options{Logger: cfg.Logger, Compute: ctl, Receipts: ctl, Profiles: names, Checks: checks})
 	rt := runtime.Handler(ctl, cfg.Logger)
 	// Not a ServeMux: it would clean "a/../b" in a file path and redirect,
 	// where the API refuses it.

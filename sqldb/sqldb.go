@@ -45,6 +45,9 @@ type Dialect struct {
 	// connection); the store returns such errors as EUNAVAILABLE. Nil
 	// means never.
 	IsUnavailable func(err error) bool
+	// IsFull reports whether err means the database's disk is full; the
+	// store returns such errors as EINSUFFICIENT. Nil means never.
+	IsFull func(err error) bool
 }
 
 // TimeLayout is the text form of stored times when Dialect.TextTime is set:
@@ -109,9 +112,10 @@ func (s *DB) Ping(ctx context.Context) error {
 // stays in the chain, for the log).
 var (
 	errUnavailable = bothy.Errorf(bothy.EUNAVAILABLE, "the metadata store cannot be reached; try again")
+	errFull        = bothy.Errorf(bothy.EINSUFFICIENT, "the metadata store's disk is full")
 )
 
-// classify returns err as EUNAVAILABLE, with err still in
+// classify returns err as EUNAVAILABLE or EINSUFFICIENT, with err still in
 // its chain, if the dialect calls it so; other errors, and errors that
 // already carry a code, are returned unchanged.
 func (s *DB) classify(err error) error {
@@ -121,6 +125,8 @@ func (s *DB) classify(err error) error {
 		return err
 	case s.dialect.IsUnavailable != nil && s.dialect.IsUnavailable(err):
 		return fmt.Errorf("%w: %w", errUnavailable, err)
+	case s.dialect.IsFull != nil && s.dialect.IsFull(err):
+		return fmt.Errorf("%w: %w", errFull, err)
 	}
 	return err
 }
