@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -71,6 +72,14 @@ func TestRunPath_LeaseDiskFull(t *testing.T) {
 	e.start(t)
 
 	c := e.newComputer(t, "leasedisk")
+	t.Cleanup(func() {
+		// A failure before the destroy below must not leave the lease's
+		// supervisor running on the unmounted tmpfs.
+		if t.Failed() {
+			e.client.DestroyComputer(context.Background(), c.ID)
+			e.checkReleased(t, c.ID, 1)
+		}
+	})
 	e.finish(t, e.run(t, c.ID, bothy.RunRequest{Script: "true", Wait: true}).ID, "", "")
 
 	filler := filepath.Join(data, "filler")
