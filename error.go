@@ -19,7 +19,9 @@ const (
 	ENOTDIR       = "not_directory" // a path component is not a directory
 	EISDIR        = "is_directory"  // the operation needs a file and found a directory
 	ENOTEMPTY     = "not_empty"     // a directory is not empty
-	EUNAVAILABLE  = "unavailable"   // the service that would do it is not running here
+	EUNAVAILABLE  = "unavailable"   // the service that would do it is not running here, or cannot be reached now
+	// EINSUFFICIENT means a disk the operation writes to is full; reads go on working.
+	EINSUFFICIENT = "insufficient_storage"
 )
 
 // Error is a domain error: a machine-readable code and a message fit for the caller.

@@ -25,7 +25,9 @@ func (l *lease) applyNow(ctx context.Context, w *runtime.ApplyWork) {
 	if err != nil {
 		l.a.log.Warn("apply a files-API change", "lease", l.rec.LeaseID, "err", err)
 		var be *bothy.Error
-		if !errors.As(err, &be) {
+		if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			be = bothy.Errorf(bothy.EINSUFFICIENT, "the computer's disk is full")
+		} else if !errors.As(err, &be) {
 			be = &bothy.Error{Code: bothy.EINTERNAL, Message: err.Error()}
 		}
 		req.Error = be

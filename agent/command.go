@@ -177,9 +177,11 @@ func (l *lease) report(ctx context.Context, id string, r *runtime.Report) error 
 	for attempt := 0; attempt < 20 && ctx.Err() == nil; attempt++ {
 		if err = l.a.cfg.Control.Report(ctx, l.cred(), id, r); err == nil {
 			return nil
-		} else if code := bothy.ErrorCode(err); code != bothy.EINTERNAL && code != bothy.EUNAUTHORIZED {
+		} else if code := bothy.ErrorCode(err); code != bothy.EINTERNAL && code != bothy.EUNAUTHORIZED &&
+			code != bothy.EUNAVAILABLE && code != bothy.EINSUFFICIENT {
 			// A definite answer (a stale generation, a state that moved
-			// on): retrying changes nothing.
+			// on): retrying changes nothing. An unreachable store or a
+			// full disk is for now, as an internal error is.
 			l.a.log.Warn("report command", "command", id, "state", r.State, "err", err)
 			return err
 		}

@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -105,7 +106,13 @@ func (r *Repo) Checkpoint(ctx context.Context, dir string, parent *Snapshot, opt
 	// An unchanged tree over a cache that already describes it needs no rewrite.
 	unchanged := cache != nil && st.FilesRead == 0 && res.Root == parent.Root() && len(entries) == len(cache.m)
 	if opts.StatCache != "" && !unchanged {
-		if err := writeStatCache(opts.StatCache, r.cacheID(), res.Root, entries); err != nil {
+		if err := writeStatCache(opts.StatCache, r.cacheID(), res.Root, entries); errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+			// The cache only spares reading files again: a full disk
+			// must not fail the checkpoint (and with it reads of a
+			// running computer). The old cache no longer describes the
+			// tree, so it goes, and the next checkpoint reads every file.
+			os.Remove(opts.StatCache)
+		} else if err != nil {
 			return nil, fmt.Errorf("checkpoint %s: %w", dir, err)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 // statuses maps domain error codes to HTTP statuses. This package is the only
 // place that does. not_directory, is_directory and not_empty are 409: the
 // request is well formed, but the workspace's present state refuses it.
+// insufficient_storage is 507 (RFC 4918): a disk the server writes to is
+// full.
 var statuses = map[string]int{
 	bothy.EINVALID:      nethttp.StatusBadRequest,
 	bothy.EINVALIDPATH:  nethttp.StatusBadRequest,
@@ -25,9 +27,13 @@ var statuses = map[string]int{
 	bothy.ENOTEMPTY:     nethttp.StatusConflict,
 	bothy.ETOOLARGE:     nethttp.StatusRequestEntityTooLarge,
 	bothy.EUNAVAILABLE:  nethttp.StatusServiceUnavailable,
+	bothy.EINSUFFICIENT: nethttp.StatusInsufficientStorage,
 	bothy.ECORRUPT:      nethttp.StatusInternalServerError,
 	bothy.EINTERNAL:     nethttp.StatusInternalServerError,
 }
+
+// retryAfter is the Retry-After, in seconds, of every 503 answer.
+const retryAfter = "2"
 
 // errorResponse is the body of every error: {"error": {"code", "message"}}.
 type errorResponse struct {
@@ -49,9 +55,18 @@ func (s *Server) writeError(w nethttp.ResponseWriter, r *nethttp.Request, err er
 	}
 	if status == nethttp.StatusInternalServerError {
 		s.log.Error("http request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
+	} else if _, bare := err.(*bothy.Error); !bare && (code == bothy.EUNAVAILABLE || code == bothy.EINSUFFICIENT) {
+		// A classified driver or file system error: its cause is in the
+		// chain, for the operator.
+		s.log.Warn("http request failed", "method", r.Method, "path", r.URL.Path, "code", code, "err", err)
 	}
 	if code == bothy.EUNAUTHORIZED {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="bothy"`)
+	}
+	if status == nethttp.StatusServiceUnavailable {
+		// Unavailable is for now: the store is unreachable, the server is
+		// stopping, a runtime is busy. A caller may try again.
+		w.Header().Set("Retry-After", retryAfter)
 	}
 	writeJSON(w, status, errorResponse{errorBody{Code: code, Message: bothy.ErrorMessage(err)}})
 }
@@ -83,7 +98,6 @@ func (s *Server) decodeJSON(w nethttp.ResponseWriter, r *nethttp.Request, max in
 		n = max
 	}
 	if !s.opts.Budget.Acquire(n) {
-		w.Header().Set("Retry-After", "1")
 		return bothy.Errorf(bothy.EUNAVAILABLE, "the server is reading too many request bodies at once; retry")
 	}
 	defer s.opts.Budget.Release(n)

@@ -4,7 +4,7 @@
 // /v1/openapi.json), and a Client that implements the same operations, and
 // bothy.FileService, over HTTP.
 //
-// Every route but /healthz, /v1/openapi.json and /v1/receipts/key needs a
+// Every route but /healthz, /readyz, /v1/openapi.json and /v1/receipts/key needs a
 // bearer token, which resolves to a principal {tenant, owner, scopes}; each
 // route names the scope it needs. Another tenant's computer is not found, never forbidden.
 package http
@@ -58,7 +58,10 @@ type Options struct {
 	// their key. Without it the receipt routes serve stored receipts only,
 	// and the key route answers 503 unavailable.
 	Receipts bothy.ReceiptIssuer
-	Logger   *slog.Logger // default slog.Default()
+	// Checks are GET /readyz's checks beyond the store's own (a store with
+	// a Ping method, such as sqldb.DB, is checked first).
+	Checks []Check
+	Logger *slog.Logger // default slog.Default()
 }
 
 // Server serves the public API over a Store, a FileService and, if
@@ -166,6 +169,7 @@ func (s *Server) routes() []Route {
 	)
 	return []Route{
 		{"GET", "/healthz", "", s.handleHealth},
+		{"GET", "/readyz", "", s.handleReady},
 		{"GET", "/v1/openapi.json", "", s.handleOpenAPI},
 
 		{"POST", "/v1/computers", cw, s.handleCreateComputer},

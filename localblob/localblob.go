@@ -99,9 +99,21 @@ func (s *Store) PutBlob(ctx context.Context, key string, r io.Reader, size int64
 	}
 	created, err := s.put(ctx, key, r, size)
 	if err != nil {
-		return false, fmt.Errorf("put blob %s: %w", key, err)
+		return false, fmt.Errorf("put blob %s: %w", key, diskFull(err))
 	}
 	return created, nil
+}
+
+// errFull is a write that found the store's disk full.
+var errFull = bothy.Errorf(bothy.EINSUFFICIENT, "the blob store's disk is full")
+
+// diskFull returns err as EINSUFFICIENT, with err still in its chain, if
+// its cause is a full disk or an exhausted quota; other errors unchanged.
+func diskFull(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("%w: %w", errFull, err)
+	}
+	return err
 }
 
 func (s *Store) put(ctx context.Context, key string, r io.Reader, size int64) (bool, error) {

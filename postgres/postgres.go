@@ -9,7 +9,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,6 +61,8 @@ func Open(ctx context.Context, url string) (*Store, error) {
 		Rebind:            sqldb.RebindDollar,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,
+		IsUnavailable:     isUnavailable,
+		IsFull:            isFull,
 	})
 	if err != nil {
 		db.Close()
@@ -91,3 +96,22 @@ func isRetryable(err error) bool {
 	c := pgCode(err)
 	return c == "40001" || c == "40P01"
 }
+
+// isUnavailable reports an error that means the server cannot be reached
+// now: a failed connection (refused, timed out, the pool could not dial
+// within its deadline: net.Error covers context.DeadlineExceeded), a
+// connection the server or the network closed, SQLSTATE class 08
+// (connection exception), or 57P01–57P03 (the server is shutting down,
+// crashed, or not yet accepting connections).
+func isUnavailable(err error) bool {
+	var ce *pgconn.ConnectError
+	var ne net.Error
+	if errors.As(err, &ce) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	c := pgCode(err)
+	return strings.HasPrefix(c, "08") || c == "57P01" || c == "57P02" || c == "57P03"
+}
+
+// isFull reports disk_full (53100): the server's disk is out of space.
+func isFull(err error) bool { return pgCode(err) == "53100" }

@@ -89,7 +89,12 @@ func Handler(c Server, log *slog.Logger, budget Budget) http.Handler {
 				code := bothy.ErrorCode(err)
 				if code == bothy.EINTERNAL {
 					log.Error("runtime request failed", "path", r.URL.Path, "err", err)
-				} else if code == bothy.EUNAVAILABLE {
+				} else if _, bare := err.(*bothy.Error); !bare && (code == bothy.EUNAVAILABLE || code == bothy.EINSUFFICIENT) {
+					// A classified store error (unreachable, disk full):
+					// its cause is in the chain, for the operator.
+					log.Warn("runtime request failed", "path", r.URL.Path, "code", code, "err", err)
+				}
+				if code == bothy.EUNAVAILABLE {
 					w.Header().Set("Retry-After", "1")
 				}
 				writeJSON(w, status(code), errorBody{Error: &bothy.Error{Code: code, Message: bothy.ErrorMessage(err)}})

@@ -66,7 +66,10 @@ type Config struct {
 	// Control configures the control plane; Profiles, AgentToken,
 	// Receipts, Version and Logger are set from the fields above.
 	Control control.Config
-	Logger  *slog.Logger
+	// MinFreeBytes is the free space on Data's disk under which GET
+	// /readyz reports the server not ready (0 is DefaultMinFreeBytes).
+	MinFreeBytes int64
+	Logger       *slog.Logger
 }
 
 // Server is the assembled control plane.
@@ -106,9 +109,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	slices.Sort(names)
 	files := workspace.New(cfg.Store, cfg.Blobs, workspace.Options{})
+	if cfg.MinFreeBytes <= 0 {
+		cfg.MinFreeBytes = DefaultMinFreeBytes
+	}
+	checks := []bhttp.Check{{Name: "disk", Check: diskCheck(cfg.Data, cfg.MinFreeBytes)}}
 	// One budget bounds the bodies both read at once.
 	budget := bhttp.NewBudget(bhttp.DefaultBudget)
-	api := bhttp.NewServer(cfg.Store, ctl.Files(files), bhttp.Options{Logger: cfg.Logger, Compute: ctl, Receipts: ctl, Profiles: names, Budget: budget})
+	api := bhttp.NewServer(cfg.Store, ctl.Files(files), bhttp.Options{Logger: cfg.Logger, Compute: ctl, Receipts: ctl, Profiles: names, Checks: checks, Budget: budget})
 	rt := runtime.Handler(ctl, cfg.Logger, budget)
 	// Not a ServeMux: it would clean "a/../b" in a file path and redirect,
 	// where the API refuses it.

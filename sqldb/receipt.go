@@ -41,7 +41,7 @@ func (s *DB) FindReceipt(ctx context.Context, tenantID, subjectKind, subjectID s
 		WHERE tenant_id = ? AND subject_kind = ? AND subject_id = ?`), tenantID, subjectKind, subjectID)
 	r, err := scanReceipt(row)
 	if err != nil {
-		return nil, fmt.Errorf("find receipt: %w", notFound(err, "%s %q has no receipt", subjectKind, subjectID))
+		return nil, fmt.Errorf("find receipt: %w", notFound(s.classify(err), "%s %q has no receipt", subjectKind, subjectID))
 	}
 	return r, nil
 }

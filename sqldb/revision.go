@@ -142,7 +142,7 @@ func (s *DB) FindRevision(ctx context.Context, tenantID, computerID string, numb
 		WHERE tenant_id = ? AND computer_id = ? AND number = ?`), tenantID, computerID, number)
 	rev, err := scanRevision(row)
 	if err != nil {
-		return nil, fmt.Errorf("find revision: %w", notFound(err, "revision %d of computer %q not found", number, computerID))
+		return nil, fmt.Errorf("find revision: %w", notFound(s.classify(err), "revision %d of computer %q not found", number, computerID))
 	}
 	if err := s.loadPacks(ctx, tenantID, computerID, number, number, []*bothy.Revision{rev}); err != nil {
 		return nil, fmt.Errorf("find revision: %w", err)

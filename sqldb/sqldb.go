@@ -40,6 +40,14 @@ type Dialect struct {
 	// a lock (SQLite busy, PostgreSQL serialization failure or deadlock) and
 	// may be run again from the start. Nil means never.
 	IsRetryable func(err error) bool
+	// IsUnavailable reports whether err means the database cannot be
+	// reached (the server is down, refuses connections or dropped the
+	// connection); the store returns such errors as EUNAVAILABLE. Nil
+	// means never.
+	IsUnavailable func(err error) bool
+	// IsFull reports whether err means the database's disk is full; the
+	// store returns such errors as EINSUFFICIENT. Nil means never.
+	IsFull func(err error) bool
 }
 
 // TimeLayout is the text form of stored times when Dialect.TextTime is set:
@@ -49,8 +57,27 @@ const TimeLayout = "2006-01-02T15:04:05.000000Z"
 
 // DB is a bothy.Store over a *sql.DB.
 type DB struct {
-	db      *sql.DB
+	db      classifyingDB
 	dialect Dialect
+}
+
+// classifyingDB is a *sql.DB whose errors pass through DB.classify, so
+// that every query of the store reports an unreachable or full database
+// as such. QueryRowContext is not covered (its error comes from Scan);
+// callers classify that error themselves.
+type classifyingDB struct {
+	*sql.DB
+	s *DB
+}
+
+func (d classifyingDB) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	rows, err := d.DB.QueryContext(ctx, query, args...)
+	return rows, d.s.classify(err)
+}
+
+func (d classifyingDB) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	res, err := d.DB.ExecContext(ctx, query, args...)
+	return res, d.s.classify(err)
 }
 
 var _ bothy.Store = (*DB)(nil)
@@ -58,7 +85,8 @@ var _ bothy.Store = (*DB)(nil)
 // Open applies d's pending migrations to db and returns the store. The store
 // owns db: Close closes it.
 func Open(ctx context.Context, db *sql.DB, d Dialect) (*DB, error) {
-	s := &DB{db: db, dialect: d}
+	s := &DB{dialect: d}
+	s.db = classifyingDB{DB: db, s: s}
 	if err := s.migrate(ctx); err != nil {
 		return nil, fmt.Errorf("open %s store: %w", d.Name, err)
 	}
@@ -69,7 +97,39 @@ func Open(ctx context.Context, db *sql.DB, d Dialect) (*DB, error) {
 func (s *DB) Close() error { return s.db.Close() }
 
 // SQL returns the underlying database, for tests and diagnostics.
-func (s *DB) SQL() *sql.DB { return s.db }
+func (s *DB) SQL() *sql.DB { return s.db.DB }
+
+// Ping checks that the database can be reached: nil, or EUNAVAILABLE (or
+// another error) if it cannot.
+func (s *DB) Ping(ctx context.Context) error {
+	if err := s.db.PingContext(ctx); err != nil {
+		return fmt.Errorf("ping %s: %w", s.dialect.Name, s.classify(err))
+	}
+	return nil
+}
+
+// Messages of classified driver errors, for callers (the driver's error
+// stays in the chain, for the log).
+var (
+	errUnavailable = bothy.Errorf(bothy.EUNAVAILABLE, "the metadata store cannot be reached; try again")
+	errFull        = bothy.Errorf(bothy.EINSUFFICIENT, "the metadata store's disk is full")
+)
+
+// classify returns err as EUNAVAILABLE or EINSUFFICIENT, with err still in
+// its chain, if the dialect calls it so; other errors, and errors that
+// already carry a code, are returned unchanged.
+func (s *DB) classify(err error) error {
+	var be *bothy.Error
+	switch {
+	case err == nil || errors.As(err, &be):
+		return err
+	case s.dialect.IsUnavailable != nil && s.dialect.IsUnavailable(err):
+		return fmt.Errorf("%w: %w", errUnavailable, err)
+	case s.dialect.IsFull != nil && s.dialect.IsFull(err):
+		return fmt.Errorf("%w: %w", errFull, err)
+	}
+	return err
+}
 
 // q returns query, written with '?' placeholders, in the dialect's form.
 func (s *DB) q(query string) string {
@@ -89,11 +149,11 @@ func (s *DB) withTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
 	for attempt := 1; ; attempt++ {
 		err = s.tryTx(ctx, fn)
 		if err == nil || attempt == maxAttempts || s.dialect.IsRetryable == nil || !s.dialect.IsRetryable(err) {
-			return err
+			return s.classify(err)
 		}
 		select {
 		case <-ctx.Done():
-			return err
+			return s.classify(err)
 		case <-time.After(time.Duration(attempt*attempt) * 5 * time.Millisecond):
 		}
 	}

@@ -29,7 +29,7 @@ func (s *DB) FindTenant(ctx context.Context, id string) (*bothy.Tenant, error) {
 	err := s.db.QueryRowContext(ctx, s.q(`SELECT id, name, hash_key, created_at FROM tenants WHERE id = ?`), id).
 		Scan(&t.ID, &t.Name, &t.HashKey, scanTime(&t.CreatedAt))
 	if err != nil {
-		return nil, fmt.Errorf("find tenant: %w", notFound(err, "tenant %q not found", id))
+		return nil, fmt.Errorf("find tenant: %w", notFound(s.classify(err), "tenant %q not found", id))
 	}
 	return t, nil
 }

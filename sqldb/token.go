@@ -67,7 +67,7 @@ func (s *DB) ResolveToken(ctx context.Context, secret string) (*bothy.Principal,
 	if err == sql.ErrNoRows {
 		return nil, unauthorized
 	} else if err != nil {
-		return nil, fmt.Errorf("resolve token: %w", err)
+		return nil, fmt.Errorf("resolve token: %w", s.classify(err))
 	}
 	if !revoked.IsZero() || (!expires.IsZero() && !now().Before(expires)) {
 		return nil, unauthorized

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"syscall"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -60,6 +61,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		TextTime:          true,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isBusy,
+		IsFull:            isFull,
 	})
 	if err != nil {
 		db.Close()
@@ -84,4 +86,14 @@ func isBusy(err error) bool {
 		return false
 	}
 	return e.Code()&0xff == sqlite3.SQLITE_BUSY || e.Code()&0xff == sqlite3.SQLITE_LOCKED
+}
+
+// isFull reports SQLITE_FULL ("database or disk is full"), or an I/O error
+// whose cause is a full disk.
+func isFull(err error) bool {
+	var e *sqlite.Error
+	if errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_FULL {
+		return true
+	}
+	return errors.Is(err, syscall.ENOSPC)
 }

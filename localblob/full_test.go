@@ -1,0 +1,46 @@
+package localblob_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bothyhq/bothy"
+	"github.com/bothyhq/bothy/testenv"
+)
+
+// TestStore_PutBlob_DiskFull writes a blob larger than the 1 MiB tmpfs the
+// store is on: the error is EINSUFFICIENT with ENOSPC in its chain, no
+// temporary file is left, and a blob written before still reads.
+func TestStore_PutBlob_DiskFull(t *testing.T) {
+	testenv.Root(t, "mounts a tmpfs")
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	s := MustOpen(t, dir)
+	if _, err := s.PutBlob(t.Context(), "small", bytes.NewReader([]byte("hi")), 2); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 2<<20)
+	_, err := s.PutBlob(t.Context(), "big", bytes.NewReader(big), int64(len(big)))
+	if code := bothy.ErrorCode(err); code != bothy.EINSUFFICIENT || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("PutBlob of 2 MiB into 1 MiB: %v (code %q), want %s with ENOSPC", err, code, bothy.EINSUFFICIENT)
+	}
+	if left, _ := os.ReadDir(filepath.Join(dir, "~tmp")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
+	if _, err := s.StatBlob(t.Context(), "small"); err != nil {
+		t.Errorf("stat a blob written before: %v", err)
+	}
+}
