@@ -592,6 +592,6 @@ func (l *lease) teardown(ctx context.Context, disposition, reason string, keep b
 			l.a.log.Warn("report lease released", "lease", l.rec.LeaseID, "err", err)
 		}
 	}
-	l.a.forget(l.rec.LeaseID)
+	l.a.forget(l.rec.LeaseID, l.rec.Generation, report)
 	l.a.log.Info("lease torn down", "lease", l.rec.LeaseID, "disposition", disposition, "residue", ev)
 }

@@ -324,3 +324,78 @@ func TestAgent_LeaseOnDiskNoLongerListed(t *testing.T) {
 		t.Errorf("the log tells of a panic")
 	}
 }
+
+// TestAgent_StaleAnswerAfterTeardown: a poll sent while a lease stops is
+// answered from the state before the release, so it still lists the
+// lease after the agent tore it down and forgot it. That answer must not
+// start the lease again. And if the control plane did not hear the
+// release, a later answer that lists it gets the release reported again,
+// with the fresh credential, and still starts nothing.
+func TestAgent_StaleAnswerAfterTeardown(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		releaseErr error
+	}{
+		{name: "Released"},
+		{name: "ReportLost", releaseErr: errors.New("connection refused")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newAgentEnv(t)
+			e.ctl.releaseErr = tc.releaseErr
+			a, _ := e.run(t)
+			e.answer(t, 1, work("lse_1", "lse_1-cred", false))
+			select {
+			case <-e.ctl.ready:
+			case <-time.After(time.Minute):
+				t.Fatal("the lease did not become ready")
+			}
+			e.answer(t, 2, work("lse_1", "lse_1-cred", true)) // stop it
+			e.next(t)                                         // in flight while the lease stops
+			select {
+			case c := <-e.ctl.released:
+				if c.req.Disposition != bothy.LeaseReleased {
+					t.Fatalf("released %+v, want released", c.req)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("the lease was not released")
+			}
+			waitFor(t, "the agent forgets the lease", func() bool { return !a.holds("lse_1") })
+			e.reply(t, 2, work("lse_1", "lse_1-cred", true)) // produced before the release
+			req := e.next(t)
+			if held := heldIDs(req); len(held) != 0 {
+				t.Errorf("after a stale answer the agent holds %v again, want none", held)
+			}
+			if tc.releaseErr != nil {
+				// The control plane still lists the lease: it did not hear
+				// of its release.
+				e.reply(t, 3, work("lse_1", "lse_1-cred2", false))
+				select {
+				case c := <-e.ctl.released:
+					if c.cred != "lse_1-cred2" || c.req.Disposition != bothy.LeaseReleased {
+						t.Errorf("the release was reported again as %+v with %q, want released with lse_1-cred2", c.req, c.cred)
+					}
+				case <-time.After(time.Minute):
+					t.Fatal("the release was not reported again")
+				}
+				if held := heldIDs(e.next(t)); len(held) != 0 {
+					t.Errorf("after the control plane listed the released lease the agent holds %v, want none", held)
+				}
+			}
+			e.reply(t, 4)
+			e.answer(t, 4)
+			waitFor(t, "the agent holds nothing", func() bool { return !a.holds("lse_1") })
+			a.mu.Lock()
+			tombstones := len(a.gone)
+			a.mu.Unlock()
+			if tombstones != 0 {
+				t.Errorf("%d tombstones kept after answers that no longer list the lease, want 0", tombstones)
+			}
+			if starts, _ := e.prov.counts(); starts != 1 {
+				t.Errorf("the provider started %d sandboxes, want 1", starts)
+			}
+			if _, err := os.Lstat(filepath.Join(e.dir, "leases", "lse_1")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("a lease directory remains: %v", err)
+			}
+		})
+	}
+}
