@@ -509,9 +509,14 @@ func (l *lease) teardown(ctx context.Context, disposition, reason string, keep b
 	supDir := filepath.Join(l.dir, "sup")
 	if sup == nil {
 		// A supervisor that an earlier agent process spawned still serves
-		// on its socket; none answers if none runs.
+		// on its socket; none answers if none runs, or if its socket is
+		// gone, when it still holds its directory and is signalled.
 		if c, err := supervisor.Dial(ctx, supervisor.SocketPath(supDir)); err == nil {
 			sup = c
+		} else if signalled, err := supervisor.Terminate(supDir); signalled {
+			l.a.log.Warn("the supervisor does not answer on its socket; sent it SIGTERM", "lease", l.rec.LeaseID)
+		} else if err != nil {
+			l.a.log.Warn("stop the supervisor", "lease", l.rec.LeaseID, "err", err)
 		}
 	}
 	if sup != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/bothyhq/bothy/localblob"
 	"github.com/bothyhq/bothy/process"
 	"github.com/bothyhq/bothy/runtime"
+	"github.com/bothyhq/bothy/supervisor"
 )
 
 // scriptedControl is a control plane whose poll answers the test gives:
@@ -114,6 +115,8 @@ type agentEnv struct {
 	prov *countingProvider
 	cfg  Config
 	logs *syncBuffer
+	// supervisors are the pids of the supervisors seen.
+	supervisors []string
 }
 
 type syncBuffer struct {
@@ -160,12 +163,16 @@ func newAgentEnv(t *testing.T) *agentEnv {
 			t.Logf("agent log:\n%s", e.logs.String())
 		}
 		// A failed test may leave a supervisor (they outlive their agent).
-		pids, _ := filepath.Glob(filepath.Join(e.dir, "leases", "*", "sup", "supervisor.pid"))
-		for _, f := range pids {
-			b, _ := os.ReadFile(f)
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && alive(strconv.Itoa(pid)) {
-				t.Errorf("supervisor %d of %s left running; killing it", pid, filepath.Dir(f))
-				syscall.Kill(pid, syscall.SIGKILL)
+		files, _ := filepath.Glob(filepath.Join(e.dir, "leases", "*", "sup", "supervisor.pid"))
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil {
+				e.supervisors = append(e.supervisors, strings.TrimSpace(string(b)))
+			}
+		}
+		for _, pid := range e.supervisors {
+			if n, err := strconv.Atoi(pid); err == nil && alive(pid) {
+				t.Errorf("supervisor %d left running; killing it", n)
+				syscall.Kill(n, syscall.SIGKILL)
 			}
 		}
 	})
@@ -289,6 +296,14 @@ func alive(pid string) bool {
 // sandbox handle of this process: it must not panic, and it must stop
 // the lease's supervisor and sandbox, not only delete their directory.
 func TestAgent_LeaseOnDiskNoLongerListed(t *testing.T) {
+	t.Run("SupervisorAnswers", func(t *testing.T) { testLeaseOnDiskNoLongerListed(t, false) })
+	// A supervisor whose socket is gone (removed with the temporary
+	// directory that holds the sockets of long paths) still holds the
+	// lease directory's lock: it is stopped through the pid it wrote.
+	t.Run("SocketGone", func(t *testing.T) { testLeaseOnDiskNoLongerListed(t, true) })
+}
+
+func testLeaseOnDiskNoLongerListed(t *testing.T, socketGone bool) {
 	e := newAgentEnv(t)
 	_, stop := e.run(t)
 	e.answer(t, 1, work("lse_1", "lse_1-cred", false))
@@ -299,10 +314,16 @@ func TestAgent_LeaseOnDiskNoLongerListed(t *testing.T) {
 	}
 	leaseDir := filepath.Join(e.dir, "leases", "lse_1")
 	pid := supervisorPid(t, leaseDir)
+	e.supervisors = append(e.supervisors, pid)
 	if !alive(pid) {
 		t.Fatalf("supervisor %s is not running", pid)
 	}
 	stop() // as a SIGTERM of serve: the supervisor keeps running
+	if socketGone {
+		if err := os.Remove(supervisor.SocketPath(filepath.Join(leaseDir, "sup"))); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	e.prov = &countingProvider{Provider: process.New()}
 	e.cfg.Providers = map[string]bothy.Provider{process.Name: e.prov}
