@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,6 +74,52 @@ func TestE2E_LeaseReleasedWhileServeWasDown(t *testing.T) {
 	}
 	destroyAll(t, a, data)
 	s.stop(t)
+}
+
+// TestE2E_StopStorm: 15 warm computers stopped at once, three rounds.
+// A poll sent while a lease stops is answered from the state before its
+// release, and still lists it after the agent tore it down: each lease
+// must be torn down once, not started again by that stale answer (which
+// left a second sandbox, supervisor and directory that a SIGTERM then
+// orphaned).
+func TestE2E_StopStorm(t *testing.T) {
+	needSandbox(t)
+	data, s, a := serveAPI(t)
+	var ids []string
+	for range 15 {
+		ids = append(ids, a.create("storm").ID)
+	}
+	for range 3 {
+		for _, id := range ids {
+			if c := a.run(id, bothy.RunRequest{Script: "echo warm", Wait: true}); c.State != bothy.CommandCompleted {
+				t.Fatalf("command on %s: %s", id, c.State)
+			}
+		}
+		var wg sync.WaitGroup
+		for _, id := range ids {
+			wg.Go(func() {
+				if _, err := a.c.StopComputer(a.ctx(), id); err != nil {
+					t.Errorf("stop %s: %v", id, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	checkNoResidue(t, data)
+	destroyAll(t, a, data)
+	s.stop(t)
+	down := map[string]int{}
+	for _, m := range regexp.MustCompile(`msg="lease torn down" agent=\S+ lease=(\S+)`).FindAllStringSubmatch(s.stderr.String(), -1) {
+		down[m[1]]++
+	}
+	if len(down) != 3*len(ids) {
+		t.Errorf("%d leases torn down, want %d", len(down), 3*len(ids))
+	}
+	for id, n := range down {
+		if n != 1 {
+			t.Errorf("lease %s torn down %d times, want once", id, n)
+		}
+	}
 }
 
 // leaseProcesses reads a lease's directory: the pid of its supervisor and
