@@ -2,10 +2,12 @@ package supervisor_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -64,5 +66,38 @@ func TestJournal_DiskFull(t *testing.T) {
 	st := status(t, c, "big")
 	if st.State != bothy.RunFinished || st.Exit == nil || !st.Exit.DiskFull || st.LastSeq != int64(len(evs)) {
 		t.Fatalf("status %+v, want finished with disk_full at seq %d", st, len(evs))
+	}
+	// The ended journal gave its reserve back.
+	var fi unix.Stat_t
+	if err := unix.Stat(filepath.Join(l.sup, "commands", "big.journal"), &fi); err != nil {
+		t.Fatal(err)
+	}
+	if fi.Blocks*512 > (fi.Size+4095)/4096*4096 {
+		t.Errorf("the ended journal holds %d bytes allocated for %d bytes", fi.Blocks*512, fi.Size)
+	}
+
+	// A command for which no reserve fits is refused and leaves no trace.
+	filler := filepath.Join(l.sup, "filler")
+	if err := os.WriteFile(filler, make([]byte, 8<<20), 0o600); !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("fill the tmpfs: %v, want ENOSPC", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Run(ctx, "refused", bothy.RunSpec{Script: "echo hi"}); bothy.ErrorCode(err) != bothy.EINSUFFICIENT {
+		t.Fatalf("run on a full disk: %v, want %s", err, bothy.EINSUFFICIENT)
+	}
+	if st := status(t, c, "refused"); st.State != bothy.RunNeverSeen {
+		t.Fatalf("a refused command is %s, want never_seen", st.State)
+	}
+	// Room again: the filler and the first command's archive go.
+	os.Remove(filler)
+	os.Remove(supervisor.ArchivePath(l.sup, "big"))
+	run(t, c, "refused", bothy.RunSpec{Script: "echo hi"})
+	evs = events(t, c, "refused", 0)
+	if out := wantSeqs(t, evs, 0); out != "hi\n" {
+		t.Fatalf("with room again: stdout %q", out)
+	}
+	if x := exitOf(t, evs[len(evs)-1]); x.DiskFull || x.ExitCode != 0 {
+		t.Fatalf("with room again: exit %+v", x)
 	}
 }

@@ -54,6 +54,8 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 const (
 	endReserve  = 64 << 10
 	reserveStep = 256 << 10
+	// maxReserve bounds the reserve past the end of the output records.
+	maxReserve = frameSize + headSize + maxChunk + endReserve + reserveStep
 )
 
 // errDiskFull is returned, once, by journal.output when the command's
@@ -224,13 +226,15 @@ func (j *journal) reserveLocked(n int64) error {
 	return nil
 }
 
-// release gives back the space reserved past the journal's end; mu is
-// held and the terminal record is written.
+// releaseLocked gives back the space reserved past the journal's end;
+// mu is held and the terminal record is written. It frees as much as a
+// supervisor ever reserves, so that the reserve of one that died (a
+// journal opened at start and ended lost) is given back too.
 func (j *journal) releaseLocked() {
-	if j.reserved > j.size {
-		unix.Fallocate(int(j.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, j.size, j.reserved-j.size)
-		j.f.Truncate(j.size) // and what a failed write left past the end
+	if !j.noReserve {
+		unix.Fallocate(int(j.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, j.size, maxReserve)
 	}
+	j.f.Truncate(j.size) // and what a failed write left past the end
 	j.reserved = 0
 }
 
