@@ -155,6 +155,10 @@ type Command struct {
 	OOMKilled   bool `json:"oom_killed,omitempty"`
 	PidsLimited bool `json:"pids_limited,omitempty"`
 	DiskLimited bool `json:"disk_limited,omitempty"`
+	// DiskFull reports that it failed because its runtime's disk had no
+	// room for its output (Exit.DiskFull): what was journaled until then
+	// is kept, the rest is lost.
+	DiskFull bool `json:"disk_full,omitempty"`
 }
 
 // Validate reports whether c can be created.
@@ -309,6 +313,10 @@ type Exit struct {
 	Cancelled bool `json:"cancelled,omitempty"`
 	// DroppedBytes counts the output dropped after the truncated event.
 	DroppedBytes int64 `json:"dropped_bytes,omitempty"`
+	// DiskFull reports that the supervisor's disk had no room for the
+	// command's output: it was killed there, its output is incomplete,
+	// and it ends failed.
+	DiskFull bool `json:"disk_full,omitempty"`
 }
 
 // CommandFilter selects commands of one tenant. Empty fields match all.
@@ -335,8 +343,9 @@ type CommandUpdate struct {
 	RevisionAfter int64
 	// Usage, if set, is stored as the command's usage.
 	Usage *Usage
-	// OOMKilled, PidsLimited and DiskLimited are recorded when true.
-	OOMKilled, PidsLimited, DiskLimited bool
+	// OOMKilled, PidsLimited, DiskLimited and DiskFull are recorded when
+	// true.
+	OOMKilled, PidsLimited, DiskLimited, DiskFull bool
 	// StartedAt and FinishedAt default to now on entering running and a
 	// terminal state respectively.
 	StartedAt  time.Time

@@ -51,6 +51,8 @@ func scanCommand(r scanner) (*bothy.Command, error) {
 			c.PidsLimited = true
 		case "disk_limited":
 			c.DiskLimited = true
+		case "disk_full":
+			c.DiskFull = true
 		}
 	}
 	c.IdempotencyKey, c.LeaseID, c.Generation = key.String, leaseID.String, gen.Int64
@@ -468,6 +470,9 @@ func limitedList(u bothy.CommandUpdate) string {
 	}
 	if u.DiskLimited {
 		l = append(l, "disk_limited")
+	}
+	if u.DiskFull {
+		l = append(l, "disk_full")
 	}
 	return strings.Join(l, ",")
 }
