@@ -38,7 +38,7 @@ func (p *Policy) Validate() error {
 		}
 	}
 	l := p.Limits
-	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 {
+	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 || l.OpenFiles < 0 {
 		return Errorf(EINVALID, "policy: limits must not be negative")
 	}
 	_, err := p.AllowPrivate()
