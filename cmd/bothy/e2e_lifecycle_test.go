@@ -412,6 +412,24 @@ func TestE2E_Exhaustion(t *testing.T) {
 	s.stop(t)
 }
 
+// TestE2E_DefaultCommandTimeout: a run without timeout_ms times out at
+// the server's --command-timeout; one with its own runs to its end.
+func TestE2E_DefaultCommandTimeout(t *testing.T) {
+	needSandbox(t)
+	data, s, a := serveAPI(t, "--command-timeout", "1s")
+	comp := a.create("timeout")
+	c := a.wait(a.run(comp.ID, bothy.RunRequest{Argv: []string{"sleep", "30"}}).ID)
+	if c.State != bothy.CommandTimedOut || c.TimeoutMS != 1000 {
+		t.Errorf("sleep 30 without a timeout: %s, timeout_ms %d; want timed_out at 1000", c.State, c.TimeoutMS)
+	}
+	c = a.run(comp.ID, bothy.RunRequest{Script: "sleep 2; echo slept", TimeoutMS: 30000, Wait: true})
+	if got := output(a.events(c.ID, 0, nil)); c.State != bothy.CommandCompleted || got != "slept\n" {
+		t.Errorf("sleep 2 with timeout_ms 30000: %s %q", c.State, got)
+	}
+	destroyAll(t, a, data)
+	s.stop(t)
+}
+
 // TestE2E_BackgroundMetered: CPU spent by a process that outlives its
 // command shows in no command's usage, but the computer is charged for it
 // when the lease ends (bwrap's LeaseUsage, less what its commands were
