@@ -177,7 +177,7 @@ func (c *Command) Validate() error {
 		return err
 	} else if c.TimeoutMS < 0 {
 		return Errorf(EINVALID, "command timeout must not be negative")
-	} else if l := c.Limits; l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 {
+	} else if l := c.Limits; l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 || l.OpenFiles < 0 {
 		return Errorf(EINVALID, "command limits must not be negative")
 	} else if len(c.Cwd) > 4096 {
 		return Errorf(EINVALID, "command cwd must be at most 4096 bytes")

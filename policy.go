@@ -22,10 +22,14 @@ type Policy struct {
 	// broker admits although they are loopback or private. The cloud
 	// metadata address is denied whatever this says.
 	EgressAllowPrivate []string `json:"egress_allow_private,omitempty"`
+	// CommandTimeoutMS is the timeout of a command whose run gives none
+	// (RunRequest.TimeoutMS), in milliseconds; 0 is none.
+	CommandTimeoutMS int64 `json:"command_timeout_ms,omitempty"`
 }
 
 // Validate reports whether p is usable: at least one profile, each with a
-// provider, limits not negative, and well-formed prefixes.
+// provider, limits and the command timeout not negative, and well-formed
+// prefixes.
 func (p *Policy) Validate() error {
 	if len(p.Profiles) == 0 {
 		return Errorf(EINVALID, "policy: at least one profile is needed")
@@ -38,8 +42,10 @@ func (p *Policy) Validate() error {
 		}
 	}
 	l := p.Limits
-	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 {
+	if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 || l.OpenFiles < 0 {
 		return Errorf(EINVALID, "policy: limits must not be negative")
+	} else if p.CommandTimeoutMS < 0 {
+		return Errorf(EINVALID, "policy: command_timeout_ms must not be negative")
 	}
 	_, err := p.AllowPrivate()
 	return err

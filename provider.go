@@ -128,6 +128,19 @@ type Limits struct {
 	// past it (the write fails with EFBIG), and a command whose lease's
 	// writable layer grows past it is killed and reported DiskLimited.
 	ScratchBytes int64 `json:"scratch_bytes,omitempty"`
+	// OpenFiles is every command's RLIMIT_NOFILE, soft and hard: no
+	// process of it holds more descriptors open at once.
+	OpenFiles int64 `json:"nofile,omitempty"`
+}
+
+// OpenFileLimit returns the descriptors a process of a command of a lease
+// with these limits may hold, given the command's own limits: the lower
+// non-zero limit, or 0 for none.
+func (l Limits) OpenFileLimit(cmd Limits) int64 {
+	if cmd.OpenFiles > 0 && (l.OpenFiles == 0 || cmd.OpenFiles < l.OpenFiles) {
+		return cmd.OpenFiles
+	}
+	return l.OpenFiles
 }
 
 // LeaseSpec describes the sandbox of one lease.
@@ -171,7 +184,7 @@ func (s *LeaseSpec) Validate() error {
 		return Errorf(EINVALID, "lease workspace must be an absolute directory")
 	} else if s.NetNS != "" && !path.IsAbs(s.NetNS) {
 		return Errorf(EINVALID, "lease network namespace must be an absolute path")
-	} else if s.Limits.MemoryBytes < 0 || s.Limits.Pids < 0 || s.Limits.CPUMillis < 0 || s.Limits.ScratchBytes < 0 {
+	} else if s.Limits.MemoryBytes < 0 || s.Limits.Pids < 0 || s.Limits.CPUMillis < 0 || s.Limits.ScratchBytes < 0 || s.Limits.OpenFiles < 0 {
 		return Errorf(EINVALID, "lease limits must not be negative")
 	}
 	return validateEnv(s.Env)
@@ -227,7 +240,7 @@ func validateRun(argv []string, script, cwd string, timeout time.Duration, l Lim
 		return err
 	} else if timeout < 0 {
 		return Errorf(EINVALID, "a command's timeout must not be negative")
-	} else if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 {
+	} else if l.MemoryBytes < 0 || l.Pids < 0 || l.CPUMillis < 0 || l.ScratchBytes < 0 || l.OpenFiles < 0 {
 		return Errorf(EINVALID, "a command's limits must not be negative")
 	} else if _, err := CleanCwd(cwd); err != nil {
 		return err

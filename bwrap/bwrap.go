@@ -36,8 +36,9 @@
 //     records its host pid and start time. bwrap puts it under the
 //     seccomp filter (seccomp.go);
 //   - a command starts as a root perl program (enterProgram), which enters
-//     its own cgroups, sets RLIMIT_FSIZE to Limits.ScratchBytes (the
-//     holder has it too, through prlimit), drops its groups, sets
+//     its own cgroups, sets RLIMIT_FSIZE to Limits.ScratchBytes and
+//     RLIMIT_NOFILE to Limits.OpenFiles (the holder has them too, through
+//     prlimit), drops its groups, sets
 //     no_new_privs, enters the sandbox's namespaces and root, becomes the
 //     lease's uid there, restricts itself with Landlock (landlock.go:
 //     writes only under /workspace, /tmp and /dev/shm) and installs the

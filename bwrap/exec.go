@@ -25,7 +25,8 @@ import (
 //     command's own, for its usage) before any code of the lease runs;
 //   - it sets RLIMIT_FSIZE, soft and hard, to the lease's ScratchBytes
 //     unless that is 0: no file the command writes grows past it, and
-//     without CAP_SYS_RESOURCE the command cannot raise it;
+//     without CAP_SYS_RESOURCE the command cannot raise it, and
+//     RLIMIT_NOFILE likewise to the lease's OpenFiles;
 //   - it drops its supplementary groups and sets no_new_privs;
 //   - it enters the holder's namespaces (fds nsFD...), the user namespace
 //     last, as nsenter does: bwrap's other namespaces belong to another
@@ -50,11 +51,12 @@ import (
 // integer only if it is a number, hence the "+ 0"s, and a string only if
 // it is writable, which a pack of constants is not. Exit status 125 means
 // the command could not enter its cgroups or sandbox (a Stop raced).
-const enterProgram = `my ($uid, $nr, $prog, $fsize, $ll, $secrets, $end) = (shift() + 0, shift, pack("H*", shift), shift() + 0, shift, shift() + 0, shift() + 0);
+const enterProgram = `my ($uid, $nr, $prog, $fsize, $nofile, $ll, $secrets, $end) = (shift() + 0, shift, pack("H*", shift), shift() + 0, shift() + 0, shift, shift() + 0, shift() + 0);
 my ($setgroups, $prctl, $setns, $fchdir, $setresgid, $setresuid, $seccomp, $prlimit, $llcreate, $lladd, $llrestrict, $closerange) = map { $_ + 0 } split(/,/, $nr);
 sub fail { print STDERR "bothy: $_[0]: $!\n"; exit 125 }
 while (@ARGV) { my $f = shift; last if $f eq "--"; my $c; open($c, ">", $f) && print($c "$$\n") && close($c) or fail("cannot enter cgroup $f") }
 !$fsize or syscall($prlimit, 0, 1, pack("QQ", $fsize, $fsize), 0) == 0 or fail("limit file size");
+!$nofile or syscall($prlimit, 0, 7, pack("QQ", $nofile, $nofile), 0) == 0 or fail("limit open files");
 syscall($setgroups, 0, 0) == 0 or fail("setgroups");
 syscall($prctl, 38, 1, 0, 0, 0) == 0 or fail("no_new_privs");
 for my $fd (5 .. 10, 4) { syscall($setns, $fd, 0) == 0 or fail("setns") }
@@ -202,7 +204,8 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 // from firstFile to endFile (excluded), its secret files.
 func (p *Provider) argv(h *bothy.SandboxHandle, st *state, cg *commandCgroups, cwd string, spec bothy.ExecSpec, firstFile, endFile int) []string {
 	args := []string{"-e", enterProgram, strconv.Itoa(st.UID), enterSyscalls.String(), hex.EncodeToString(p.filter),
-		strconv.FormatInt(h.Limits.FileSizeLimit(spec.Limits), 10), landlockRules(st.Landlock),
+		strconv.FormatInt(h.Limits.FileSizeLimit(spec.Limits), 10), strconv.FormatInt(h.Limits.OpenFileLimit(spec.Limits), 10),
+		landlockRules(st.Landlock),
 		strconv.Itoa(firstFile), strconv.Itoa(endFile)}
 	args = append(args, st.Cgroups.procsFiles(cg)...)
 	args = append(args, "--", "/bin/bash", "-c", wrapper, "bothy-exec", filepath.Join("/workspace", cwd))

@@ -34,8 +34,8 @@ const holderLeaf = "holder"
 // runs until Stop. Commands enter its namespaces. It records the host pid
 // of that pid 1 and its start time in st. With spec.NetNS, bwrap starts in
 // that network namespace (nsenter) and keeps it (--share-net); with
-// Limits.ScratchBytes, it runs under that RLIMIT_FSIZE (prlimit), as
-// commands do.
+// Limits.ScratchBytes and OpenFiles, it runs under that RLIMIT_FSIZE and
+// RLIMIT_NOFILE (prlimit), as commands do.
 func (p *Provider) startHolder(ctx context.Context, spec bothy.LeaseSpec, st *state) error {
 	leaf := filepath.Join(st.Cgroups.Unified, holderLeaf)
 	if err := os.Mkdir(leaf, 0o755); err != nil {
@@ -85,6 +85,9 @@ func (p *Provider) startHolder(ctx context.Context, spec bothy.LeaseSpec, st *st
 	}
 	if n := spec.Limits.ScratchBytes; n > 0 {
 		args = append(args, p.opt.Prlimit, fmt.Sprintf("--fsize=%d:%d", n, n), "--")
+	}
+	if n := spec.Limits.OpenFiles; n > 0 {
+		args = append(args, p.opt.Prlimit, fmt.Sprintf("--nofile=%d:%d", n, n), "--")
 	}
 	args = append(args,
 		p.opt.Setpriv, "--reuid", uid, "--regid", uid, "--clear-groups",

@@ -42,11 +42,16 @@ import (
 //   - personality with a flag that a set-uid exec clears
 //     (ADDR_NO_RANDOMIZE, READ_IMPLIES_EXEC, ADDR_COMPAT_LAYOUT,
 //     MMAP_PAGE_ZERO): no turning off address randomization;
+//   - socket and socketpair of the AF_VSOCK family: a vsock reaches the
+//     hypervisor and the other virtual machines' vsock services from any
+//     network namespace, so the sandbox's network policy could not cover
+//     it (the gvisor provider's kernel has no AF_VSOCK at all);
 //   - on x86_64, iopl, ioperm and uselib.
 //
-// The verdict for every call other than clone, unshare and personality
-// depends only on its number, so the kernel (5.11 and later) caches the
-// allowed ones and runs the filter only for those three and denied calls.
+// The verdict for every call other than clone, unshare, personality,
+// socket and socketpair depends only on its number, so the kernel (5.11
+// and later) caches the allowed ones and runs the filter only for those
+// five and denied calls.
 
 // machineABI describes a system call ABI. The arch files set machine to
 // the host's; it is nil on an architecture the filter does not know, and
@@ -72,6 +77,9 @@ const (
 	// clears (PER_CLEAR_ON_SETID); 0xffffffff only queries.
 	personalityUnsafe = 0x0040000 | 0x0400000 | 0x0200000 | 0x0100000
 	personalityQuery  = 0xffffffff
+	// afVsock is the address family of socket and socketpair that the
+	// filter denies.
+	afVsock = unix.AF_VSOCK
 )
 
 // Classic BPF opcodes and the offsets of seccomp_data's fields (the low
@@ -127,6 +135,8 @@ func program(m *machineABI) []insn {
 		{code: bpfJeq, k: sysUnshare, jt: "unshare"},
 		{code: bpfJeq, k: sysPersonality, jt: "personality"},
 		{code: bpfJeq, k: sysClone3, jt: "enosys"},
+		{code: bpfJeq, k: sysSocket, jt: "socket"},
+		{code: bpfJeq, k: sysSocketpair, jt: "socket"},
 	}
 	for _, nr := range slices.Concat(deniedSyscalls, m.extra) {
 		p = append(p, insn{code: bpfJeq, k: nr, jt: labelEPERM})
@@ -143,6 +153,9 @@ func program(m *machineABI) []insn {
 		insn{code: bpfJeq, k: personalityQuery, jt: "personality-allow"},
 		insn{code: bpfJset, k: personalityUnsafe, jt: labelEPERM},
 		insn{label: "personality-allow", code: bpfRet, k: retAllow},
+		insn{label: "socket", code: bpfLdAbs, k: offArg0},
+		insn{code: bpfJeq, k: afVsock, jt: labelEPERM},
+		insn{code: bpfRet, k: retAllow},
 		insn{label: labelEPERM, code: bpfRet, k: retEPERM},
 		insn{label: "enosys", code: bpfRet, k: retENOSYS},
 		insn{label: "kill", code: bpfRet, k: retKill},

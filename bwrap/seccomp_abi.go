@@ -29,6 +29,8 @@ const (
 	sysClone3      = unix.SYS_CLONE3
 	sysUnshare     = unix.SYS_UNSHARE
 	sysPersonality = unix.SYS_PERSONALITY
+	sysSocket      = unix.SYS_SOCKET
+	sysSocketpair  = unix.SYS_SOCKETPAIR
 )
 
 // enterSyscalls are the numbers of the calls that enterProgram makes.

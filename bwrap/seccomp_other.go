@@ -11,4 +11,4 @@ var (
 	enterSyscalls  syscallNumbers
 )
 
-const sysClone, sysClone3, sysUnshare, sysPersonality = 0, 0, 0, 0
+const sysClone, sysClone3, sysUnshare, sysPersonality, sysSocket, sysSocketpair = 0, 0, 0, 0, 0, 0

@@ -54,8 +54,10 @@ func TestProvider_Seccomp(t *testing.T) {
 			{"perf_event_open", unix.SYS_PERF_EVENT_OPEN, "0, 0, -1, -1, 0"},      // no attr: EFAULT
 			{"unshare", unix.SYS_UNSHARE, fmt.Sprint(unix.CLONE_NEWUSER)},         // works
 			{"clone", unix.SYS_CLONE, fmt.Sprint(unix.CLONE_NEWUSER | int(unix.SIGCHLD))},
-			{"personality", unix.SYS_PERSONALITY, "0x0040000"}, // ADDR_NO_RANDOMIZE: works
-			{"mount", unix.SYS_MOUNT, "0, 0, 0, 0, 0"},         // EPERM too, for want of CAP_SYS_ADMIN
+			{"personality", unix.SYS_PERSONALITY, "0x0040000"},                                                      // ADDR_NO_RANDOMIZE: works
+			{"mount", unix.SYS_MOUNT, "0, 0, 0, 0, 0"},                                                              // EPERM too, for want of CAP_SYS_ADMIN
+			{"socket_vsock", unix.SYS_SOCKET, fmt.Sprintf("%d, %d, 0", unix.AF_VSOCK, unix.SOCK_STREAM)},            // works
+			{"socketpair_vsock", unix.SYS_SOCKETPAIR, fmt.Sprintf("%d, %d, 0, 0", unix.AF_VSOCK, unix.SOCK_STREAM)}, // no sv: EFAULT
 		}
 		for _, c := range calls {
 			t.Run(c.name, func(t *testing.T) {
@@ -65,6 +67,16 @@ func TestProvider_Seccomp(t *testing.T) {
 					t.Fatalf("%s: %q %q (exit %d), want EPERM", c.name, out, errOut, code)
 				}
 			})
+		}
+	})
+	t.Run("OtherSocketFamilies", func(t *testing.T) {
+		// Only AF_VSOCK is denied: a Unix, IPv4 or IPv6 socket opens
+		// (without network, the sandbox still has its loopback).
+		script := fmt.Sprintf(`perl -e 'for $f (%d, %d, %d) { print syscall(%d, $f, %d, 0) >= 0 ? "ok " : "errno " . ($! + 0) . " " }'`,
+			unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.SYS_SOCKET, unix.SOCK_STREAM)
+		code, out, errOut := run(t, script)
+		if code != 0 || out != "ok ok ok " {
+			t.Fatalf("sockets: %q %q (exit %d), want three", out, errOut, code)
 		}
 	})
 	t.Run("Clone3ENOSYS", func(t *testing.T) {

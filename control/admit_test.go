@@ -2,6 +2,7 @@ package control_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/control"
@@ -48,6 +49,38 @@ func TestRunCommand_Admission(t *testing.T) {
 		}
 		if _, _, err := limited.RunCommand(f.ctx, "t1", "cmp1", bothy.RunRequest{Argv: []string{"true"}, Limits: bothy.Limits{CPUMillis: 500, MemoryBytes: 64 << 20}}); err != nil {
 			t.Errorf("command limits within the lease's: %v", err)
+		}
+	})
+}
+
+// TestRunCommand_DefaultTimeout: a run without timeout_ms gets the
+// server's command timeout, which a run's own timeout and the wall budget
+// replace.
+func TestRunCommand_DefaultTimeout(t *testing.T) {
+	stores(t, func(t *testing.T, s bothy.Store) {
+		f := newFixture(t, s)
+		c := control.New(s, control.Config{Profiles: map[string]string{"standard": "fake"}, AgentToken: agentToken, CommandTimeout: time.Hour})
+		comp := &bothy.Computer{ID: "cmp9", TenantID: "t1", Owner: "o", Profile: "standard", State: bothy.StateCold,
+			Authority: &bothy.Authority{Profiles: []string{"standard"}, Budget: bothy.Budget{WallSeconds: 5}}}
+		if err := s.CreateComputer(f.ctx, comp); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			computer string
+			timeout  int64
+			want     int64
+		}{
+			{"cmp1", 0, 3600000},   // the server's
+			{"cmp1", 60000, 60000}, // the run's own, above or below
+			{"cmp1", 2 * 3600000, 2 * 3600000},
+			{"cmp9", 0, 5000}, // the wall budget's, below the server's
+		} {
+			cmd, _, err := c.RunCommand(f.ctx, "t1", tc.computer, bothy.RunRequest{Argv: []string{"true"}, TimeoutMS: tc.timeout})
+			if err != nil {
+				t.Fatal(err)
+			} else if cmd.TimeoutMS != tc.want {
+				t.Errorf("%s, timeout_ms %d: stored timeout %d, want %d", tc.computer, tc.timeout, cmd.TimeoutMS, tc.want)
+			}
 		}
 	})
 }

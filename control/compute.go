@@ -14,6 +14,11 @@ func (c *Controller) RunCommand(ctx context.Context, tenantID, computerID string
 	if err := req.Validate(); err != nil {
 		return nil, false, err
 	}
+	// A run that gives no timeout gets the server's, which the wall
+	// budgets may lower (bothy.AdmitRun).
+	if req.TimeoutMS == 0 {
+		req.TimeoutMS = c.cfg.CommandTimeout.Milliseconds()
+	}
 	comp, err := c.store.FindComputer(ctx, tenantID, computerID)
 	if err != nil {
 		return nil, false, err

@@ -60,6 +60,9 @@ type Config struct {
 	Version string
 	// Limits are every lease's resource limits.
 	Limits bothy.Limits
+	// CommandTimeout is the timeout of a command whose run gives none
+	// (Policy.CommandTimeoutMS); 0 is none.
+	CommandTimeout time.Duration
 	// PolicyDigest names the server's policy in receipts; "" is the
 	// digest of Profiles alone.
 	PolicyDigest string

@@ -111,10 +111,13 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	// would crash the sentry, and with it every process of the lease.
 	// runsc exec ignores a process.json's rlimits, so prlimit sets it.
 	// Limits.ScratchBytes is RLIMIT_FSIZE, which gVisor enforces as Linux
-	// does (SIGXFSZ, EFBIG).
+	// does (SIGXFSZ, EFBIG); Limits.OpenFiles is RLIMIT_NOFILE.
 	limits := []string{"/usr/bin/prlimit", "--nproc=" + strconv.FormatInt(guestPids(h.Limits), 10)}
 	if n := h.Limits.ScratchBytes; n > 0 {
 		limits = append(limits, fmt.Sprintf("--fsize=%d:%d", n, n))
+	}
+	if n := h.Limits.OpenFiles; n > 0 {
+		limits = append(limits, fmt.Sprintf("--nofile=%d:%d", n, n))
 	}
 	proc.Args = append(append(limits, "--"), proc.Args...)
 	pidFile := filepath.Join(st.Dir, "exec-"+strconv.Itoa(tag)+".pid")

@@ -42,6 +42,8 @@
 //     of the container's init (the spec's rlimits), which gVisor enforces
 //     as Linux does: a write past it fails with EFBIG or SIGXFSZ, and a
 //     command killed by SIGXFSZ is DiskLimited;
+//   - Limits.OpenFiles is RLIMIT_NOFILE of every command and of the
+//     container's init, in the same two ways;
 //   - each lease has its own host uid from a range, as with bwrap
 //     (package uidpool; see bothy.WorkspaceOwner): commands run as that
 //     uid and gid inside the sandbox with no capabilities and

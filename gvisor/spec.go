@@ -130,6 +130,9 @@ func (p *Provider) containerSpec(spec bothy.LeaseSpec, st *state) *ociSpec {
 	if n := uint64(l.ScratchBytes); n > 0 {
 		s.Process.Rlimits = []ociLimit{{Type: "RLIMIT_FSIZE", Hard: n, Soft: n}}
 	}
+	if n := uint64(l.OpenFiles); n > 0 {
+		s.Process.Rlimits = append(s.Process.Rlimits, ociLimit{Type: "RLIMIT_NOFILE", Hard: n, Soft: n})
+	}
 	// The host's pids limit leaves room above the guest's for the
 	// sentry's and the gofer's threads.
 	s.Linux.Resources.Pids.Limit = guestPids(l) + MinPids

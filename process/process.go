@@ -8,8 +8,8 @@
 // group with its working directory confined under the workspace (a Cwd that
 // escapes, lexically or through a symlink, is refused), a minimal
 // environment rather than the agent's, and a timeout that kills the whole
-// process group. Limits.ScratchBytes is the command's RLIMIT_FSIZE (set by
-// prlimit), and with LeaseSpec.NetNS the command runs in that network
+// process group. Limits.ScratchBytes is the command's RLIMIT_FSIZE and
+// Limits.OpenFiles its RLIMIT_NOFILE (set by prlimit), and with LeaseSpec.NetNS the command runs in that network
 // namespace (entered by nsenter, which needs the agent to be root); without
 // one, commands share the agent's network. A command's Usage is its rusage
 // (CPU time; the peak resident set of its largest process) and the resident
@@ -75,9 +75,9 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 	if err := checkNetNS(spec.NetNS); err != nil {
 		return nil, err
 	}
-	if spec.Limits.ScratchBytes > 0 {
+	if spec.Limits.ScratchBytes > 0 || spec.Limits.OpenFiles > 0 {
 		if _, err := exec.LookPath("prlimit"); err != nil {
-			return nil, fmt.Errorf("the process provider limits file sizes with prlimit, which is missing")
+			return nil, fmt.Errorf("the process provider limits file sizes and open files with prlimit, which is missing")
 		}
 	}
 	h, err := bothy.NewSandboxHandle(Name, spec, nil)
@@ -113,6 +113,9 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	// are theirs.
 	if n := h.Limits.ScratchBytes; n > 0 {
 		argv = append([]string{"prlimit", fmt.Sprintf("--fsize=%d:%d", n, n), "--"}, argv...)
+	}
+	if n := h.Limits.OpenFiles; n > 0 {
+		argv = append([]string{"prlimit", fmt.Sprintf("--nofile=%d:%d", n, n), "--"}, argv...)
 	}
 	if h.NetNS != "" {
 		argv = append([]string{"nsenter", "--net=" + h.NetNS, "--"}, argv...)

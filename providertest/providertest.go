@@ -62,6 +62,7 @@ func TestProvider(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 	t.Run("Usage", func(t *testing.T) { testUsage(t, newProvider) })
 	t.Run("LeaseMeter", func(t *testing.T) { testLeaseMeter(t, newProvider) })
 	t.Run("Scratch", func(t *testing.T) { testScratch(t, newProvider) })
+	t.Run("OpenFiles", func(t *testing.T) { testOpenFiles(t, newProvider) })
 	t.Run("NetNS", func(t *testing.T) { testNetNS(t, newProvider) })
 	t.Run("CommandLimits", func(t *testing.T) { testCommandLimits(t, newProvider) })
 	t.Run("SecretFiles", func(t *testing.T) { testSecretFiles(t, newProvider) })

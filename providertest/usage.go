@@ -181,3 +181,14 @@ func testScratch(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
 		}
 	})
 }
+
+// testOpenFiles checks Limits.OpenFiles as every command's RLIMIT_NOFILE,
+// soft and hard, which an unprivileged command cannot raise.
+func testOpenFiles(t *testing.T, newProvider func(t *testing.T) bothy.Provider) {
+	p := newProvider(t)
+	h, _ := Start(t, p, bothy.LeaseSpec{Limits: bothy.Limits{OpenFiles: 256}})
+	res, out, errOut := Exec(t, p, h, bothy.ExecSpec{Script: "ulimit -Sn; ulimit -Hn; (ulimit -n 512) 2>/dev/null && echo raised; exit 0"})
+	if res.ExitCode != 0 || out != "256\n256\n" {
+		t.Fatalf("ulimit under a limit of 256 open files: %q %q (exit %d), want 256 twice and no raise", out, errOut, res.ExitCode)
+	}
+}

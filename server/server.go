@@ -99,6 +99,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 		cfg.Profiles, cc.Limits, cc.PolicyDigest = p.Profiles, p.Limits, receipt.PolicyDigest(p)
+		cc.CommandTimeout = time.Duration(p.CommandTimeoutMS) * time.Millisecond
 	}
 	cc.Profiles, cc.AgentToken, cc.Logger = cfg.Profiles, cfg.AgentToken, cfg.Logger
 	cc.Receipts, cc.Version = receipt.NewSigner(cfg.ReceiptKey), cfg.Version

@@ -32,6 +32,8 @@ type runConfig struct {
 	memory       string
 	cpus         float64
 	pids         int64
+	nofile       int64
+	cmdTimeout   time.Duration
 	scratch      string
 	allowPrivate string
 	policyFile   string
@@ -48,10 +50,12 @@ func (rc *runConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&rc.memory, "lease-memory", "2GiB", "each lease's memory limit (KiB, MiB, GiB suffixes); exceeding it OOM-kills in that lease only")
 	fs.Float64Var(&rc.cpus, "lease-cpus", 1, "each lease's CPU limit, in CPUs (0.5 is half a CPU)")
 	fs.Int64Var(&rc.pids, "lease-pids", 4096, "each lease's limit on processes and threads at once")
+	fs.DurationVar(&rc.cmdTimeout, "command-timeout", time.Hour, "the timeout of a command whose run gives none (timeout_ms); 0 is none")
+	fs.Int64Var(&rc.nofile, "lease-nofile", 1024, "each command's limit on open files (RLIMIT_NOFILE, soft and hard), per process")
 	fs.StringVar(&rc.scratch, "lease-scratch", "10GiB", "each lease's limit on what its commands write (a file may not grow past it; a command whose writes pass it is killed, disk_limited)")
 	fs.StringVar(&rc.allowPrivate, "egress-allow-private", "", "CIDR prefixes (comma-separated) the egress broker may reach although loopback or private; the metadata address stays denied")
 	fs.StringVar(&rc.workspace, "workspace", "overlay", workspaceUsage)
-	fs.StringVar(&rc.policyFile, "policy", "", "policy file (JSON bothy.Policy: profiles, limits, egress_allow_private); replaces --profiles, --lease-* and --egress-allow-private")
+	fs.StringVar(&rc.policyFile, "policy", "", "policy file (JSON bothy.Policy: profiles, limits, egress_allow_private); replaces --profiles, --lease-*, --command-timeout and --egress-allow-private")
 }
 
 // policy returns the server's policy: the --policy file, or one built from
@@ -67,7 +71,10 @@ func (rc *runConfig) policy(fs *flag.FlagSet) (*bothy.Policy, error) {
 		if err != nil {
 			return nil, err
 		}
-		p := &bothy.Policy{Profiles: profiles, Limits: limits}
+		if rc.cmdTimeout < 0 {
+			return nil, bothy.Errorf(bothy.EINVALID, "--command-timeout must not be negative")
+		}
+		p := &bothy.Policy{Profiles: profiles, Limits: limits, CommandTimeoutMS: rc.cmdTimeout.Milliseconds()}
 		for s := range strings.SplitSeq(rc.allowPrivate, ",") {
 			if s = strings.TrimSpace(s); s != "" {
 				p.EgressAllowPrivate = append(p.EgressAllowPrivate, s)
@@ -78,7 +85,7 @@ func (rc *runConfig) policy(fs *flag.FlagSet) (*bothy.Policy, error) {
 	var clash []string
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "profiles", "lease-memory", "lease-cpus", "lease-pids", "lease-scratch", "egress-allow-private":
+		case "profiles", "lease-memory", "lease-cpus", "lease-pids", "lease-nofile", "lease-scratch", "command-timeout", "egress-allow-private":
 			clash = append(clash, "--"+f.Name)
 		}
 	})
@@ -117,12 +124,14 @@ func (rc *runConfig) limits() (bothy.Limits, error) {
 		return bothy.Limits{}, bothy.Errorf(bothy.EINVALID, "--lease-cpus must be above 0")
 	} else if rc.pids < 64 {
 		return bothy.Limits{}, bothy.Errorf(bothy.EINVALID, "--lease-pids must be at least 64")
+	} else if rc.nofile < 64 {
+		return bothy.Limits{}, bothy.Errorf(bothy.EINVALID, "--lease-nofile must be at least 64")
 	}
 	scratch, err := parseBytes(rc.scratch)
 	if err != nil {
 		return bothy.Limits{}, bothy.Errorf(bothy.EINVALID, "--lease-scratch: %v", err)
 	}
-	return bothy.Limits{MemoryBytes: mem, CPUMillis: int64(rc.cpus * 1000), Pids: rc.pids, ScratchBytes: scratch}, nil
+	return bothy.Limits{MemoryBytes: mem, CPUMillis: int64(rc.cpus * 1000), Pids: rc.pids, ScratchBytes: scratch, OpenFiles: rc.nofile}, nil
 }
 
 // parseBytes parses a size such as 512MiB, 2GiB or 1048576.

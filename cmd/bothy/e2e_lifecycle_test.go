@@ -345,10 +345,10 @@ func TestE2E_SandboxDies(t *testing.T) {
 
 // TestE2E_Exhaustion: a memory hog and a fork bomb are contained by their
 // lease's limits and reported in the command's exit event, and another
-// computer keeps answering.
+// computer keeps answering. Every command runs under the open-file limit.
 func TestE2E_Exhaustion(t *testing.T) {
 	needSandbox(t)
-	data, s, a := serveAPI(t, "--lease-memory", "64MiB", "--lease-pids", "256", "--lease-scratch", "32MiB")
+	data, s, a := serveAPI(t, "--lease-memory", "64MiB", "--lease-pids", "256", "--lease-scratch", "32MiB", "--lease-nofile", "512")
 	hog, bomb, filler, files, loop, other := a.create("hog"), a.create("bomb"), a.create("filler"), a.create("files"), a.create("loop"), a.create("other")
 
 	// All five at once, each in its own computer; the sixth answers
@@ -365,6 +365,10 @@ func TestE2E_Exhaustion(t *testing.T) {
 	o := a.run(other.ID, bothy.RunRequest{Argv: []string{"echo", "ok"}, Wait: true})
 	if got := output(a.events(o.ID, 0, nil)); o.State != bothy.CommandCompleted || got != "ok\n" {
 		t.Fatalf("the other computer: %s %q", o.State, got)
+	}
+	o = a.run(other.ID, bothy.RunRequest{Script: "ulimit -Sn; ulimit -Hn", Wait: true})
+	if got := output(a.events(o.ID, 0, nil)); o.State != bothy.CommandCompleted || got != "512\n512\n" {
+		t.Errorf("open files under --lease-nofile 512: %s %q", o.State, got)
 	}
 	// A command's own memory limit, within the lease's.
 	own := a.run(other.ID, bothy.RunRequest{Argv: []string{"perl", "-e", `$x = "a" x (40*1024*1024); print "survived\n"`},
@@ -403,6 +407,24 @@ func TestE2E_Exhaustion(t *testing.T) {
 	rm := a.run(files.ID, bothy.RunRequest{Script: "rm -f f*; echo cleaned", Wait: true})
 	if got := output(a.events(rm.ID, 0, nil)); rm.State != bothy.CommandCompleted || got != "cleaned\n" || rm.DiskLimited {
 		t.Errorf("clean-up after the limit: %s %q disk_limited %v", rm.State, got, rm.DiskLimited)
+	}
+	destroyAll(t, a, data)
+	s.stop(t)
+}
+
+// TestE2E_DefaultCommandTimeout: a run without timeout_ms times out at
+// the server's --command-timeout; one with its own runs to its end.
+func TestE2E_DefaultCommandTimeout(t *testing.T) {
+	needSandbox(t)
+	data, s, a := serveAPI(t, "--command-timeout", "1s")
+	comp := a.create("timeout")
+	c := a.wait(a.run(comp.ID, bothy.RunRequest{Argv: []string{"sleep", "30"}}).ID)
+	if c.State != bothy.CommandTimedOut || c.TimeoutMS != 1000 {
+		t.Errorf("sleep 30 without a timeout: %s, timeout_ms %d; want timed_out at 1000", c.State, c.TimeoutMS)
+	}
+	c = a.run(comp.ID, bothy.RunRequest{Script: "sleep 2; echo slept", TimeoutMS: 30000, Wait: true})
+	if got := output(a.events(c.ID, 0, nil)); c.State != bothy.CommandCompleted || got != "slept\n" {
+		t.Errorf("sleep 2 with timeout_ms 30000: %s %q", c.State, got)
 	}
 	destroyAll(t, a, data)
 	s.stop(t)

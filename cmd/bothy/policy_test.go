@@ -36,14 +36,14 @@ func TestRunConfig_Policy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Profiles["strong"] != "gvisor" || p.Limits.ScratchBytes != 1<<30 || p.Limits.MemoryBytes != 2<<30 || len(p.EgressAllowPrivate) != 1 {
+	if p.Profiles["strong"] != "gvisor" || p.Limits.ScratchBytes != 1<<30 || p.Limits.MemoryBytes != 2<<30 || p.Limits.OpenFiles != 1024 || p.CommandTimeoutMS != 3600000 || len(p.EgressAllowPrivate) != 1 {
 		t.Errorf("policy from flags: %+v", p)
 	}
 
-	good := write("good.json", `{"profiles": {"standard": "bwrap"}, "limits": {"memory_bytes": 1073741824, "scratch_bytes": 5000000}, "egress_allow_private": ["10.9.0.0/16"]}`)
+	good := write("good.json", `{"profiles": {"standard": "bwrap"}, "limits": {"memory_bytes": 1073741824, "scratch_bytes": 5000000, "nofile": 4096}, "egress_allow_private": ["10.9.0.0/16"], "command_timeout_ms": 60000}`)
 	if p, err = parse("--policy", good); err != nil {
 		t.Fatal(err)
-	} else if p.Limits.MemoryBytes != 1<<30 || p.Limits.ScratchBytes != 5000000 || p.EgressAllowPrivate[0] != "10.9.0.0/16" {
+	} else if p.Limits.MemoryBytes != 1<<30 || p.Limits.ScratchBytes != 5000000 || p.Limits.OpenFiles != 4096 || p.CommandTimeoutMS != 60000 || p.EgressAllowPrivate[0] != "10.9.0.0/16" {
 		t.Errorf("policy from file: %+v", p)
 	}
 	for _, tc := range []struct {
@@ -56,6 +56,11 @@ func TestRunConfig_Policy(t *testing.T) {
 		{"unknown provider", []string{"--policy", write("prov.json", `{"profiles": {"standard": "docker"}}`)}, "unknown provider"},
 		{"process", []string{"--policy", write("proc.json", `{"profiles": {"standard": "process"}}`)}, "--allow-process"},
 		{"no profile", []string{"--policy", write("empty.json", `{"profiles": {}}`)}, "at least one profile"},
+		{"few files", []string{"--lease-nofile", "32"}, "--lease-nofile"},
+		{"negative files", []string{"--policy", write("nofile.json", `{"profiles": {"standard": "bwrap"}, "limits": {"nofile": -1}}`)}, "negative"},
+		{"file and timeout", []string{"--policy", good, "--command-timeout", "1m"}, "--command-timeout"},
+		{"negative timeout", []string{"--command-timeout", "-1s"}, "--command-timeout"},
+		{"negative policy timeout", []string{"--policy", write("timeout.json", `{"profiles": {"standard": "bwrap"}, "command_timeout_ms": -1}`)}, "command_timeout_ms"},
 		{"bad prefix", []string{"--egress-allow-private", "10.0.0.1"}, "CIDR"},
 		{"missing file", []string{"--policy", filepath.Join(dir, "nope.json")}, "no such file"},
 	} {
