@@ -117,6 +117,11 @@ type Command struct {
 	// Secrets names the secrets it was given and the variables that held
 	// them; values are never stored.
 	Secrets []SecretRef `json:"secrets,omitempty"`
+	// StdinBytes is the size of the standard input it was given. Stdin,
+	// like environment values, is never stored: it is held in memory
+	// until dispatch, and a command with stdin that a restart of the
+	// server finds undispatched fails (see Error).
+	StdinBytes int64 `json:"stdin_bytes,omitempty"`
 	// Limits are its own limits, within its lease's (RunRequest.Limits).
 	Limits    Limits `json:"limits,omitzero"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
@@ -155,7 +160,16 @@ type Command struct {
 	OOMKilled   bool `json:"oom_killed,omitempty"`
 	PidsLimited bool `json:"pids_limited,omitempty"`
 	DiskLimited bool `json:"disk_limited,omitempty"`
+	// Error says why a command failed or was lost ("" if it did not, or
+	// nothing said why): the runtime's reason (a cwd that is not a
+	// directory, a sandbox that ended), or the control plane's (its
+	// environment values or stdin lost at a restart before dispatch).
+	Error string `json:"error,omitempty"`
 }
+
+// MaxCommandErrorLen bounds a command's stored Error; a longer reason is
+// cut.
+const MaxCommandErrorLen = 4096
 
 // Validate reports whether c can be created.
 func (c *Command) Validate() error {
@@ -177,6 +191,8 @@ func (c *Command) Validate() error {
 		return Errorf(EINVALID, "command limits must not be negative")
 	} else if len(c.Cwd) > 4096 {
 		return Errorf(EINVALID, "command cwd must be at most 4096 bytes")
+	} else if c.StdinBytes < 0 || c.StdinBytes > MaxStdinBytes {
+		return Errorf(EINVALID, "command stdin_bytes must be 0 to %d", MaxStdinBytes)
 	}
 	for _, name := range c.EnvNames {
 		if err := validateEnvName(name); err != nil {
@@ -337,6 +353,9 @@ type CommandUpdate struct {
 	Usage *Usage
 	// OOMKilled, PidsLimited and DiskLimited are recorded when true.
 	OOMKilled, PidsLimited, DiskLimited bool
+	// Error, if set, is stored as the command's Error (cut to
+	// MaxCommandErrorLen bytes).
+	Error string
 	// StartedAt and FinishedAt default to now on entering running and a
 	// terminal state respectively.
 	StartedAt  time.Time
