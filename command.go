@@ -160,9 +160,13 @@ type Command struct {
 	OOMKilled   bool `json:"oom_killed,omitempty"`
 	PidsLimited bool `json:"pids_limited,omitempty"`
 	DiskLimited bool `json:"disk_limited,omitempty"`
+	// DiskFull reports that it failed because its runtime's disk had no
+	// room for its output (Exit.DiskFull): what was journaled until then
+	// is kept, the rest is lost.
+	DiskFull bool `json:"disk_full,omitempty"`
 	// Error says why a command failed or was lost ("" if it did not, or
-	// nothing said why): the runtime's reason (a cwd that is not a
-	// directory, a sandbox that ended), or the control plane's (its
+	// nothing said why): the runtime's reason (a sandbox that ended,
+	// a run its provider could not start), or the control plane's (its
 	// environment values or stdin lost at a restart before dispatch).
 	Error string `json:"error,omitempty"`
 }
@@ -325,6 +329,10 @@ type Exit struct {
 	Cancelled bool `json:"cancelled,omitempty"`
 	// DroppedBytes counts the output dropped after the truncated event.
 	DroppedBytes int64 `json:"dropped_bytes,omitempty"`
+	// DiskFull reports that the supervisor's disk had no room for the
+	// command's output: it was killed there, its output is incomplete,
+	// and it ends failed.
+	DiskFull bool `json:"disk_full,omitempty"`
 }
 
 // CommandFilter selects commands of one tenant. Empty fields match all.
@@ -351,8 +359,9 @@ type CommandUpdate struct {
 	RevisionAfter int64
 	// Usage, if set, is stored as the command's usage.
 	Usage *Usage
-	// OOMKilled, PidsLimited and DiskLimited are recorded when true.
-	OOMKilled, PidsLimited, DiskLimited bool
+	// OOMKilled, PidsLimited, DiskLimited and DiskFull are recorded when
+	// true.
+	OOMKilled, PidsLimited, DiskLimited, DiskFull bool
 	// Error, if set, is stored as the command's Error (cut to
 	// MaxCommandErrorLen bytes).
 	Error string

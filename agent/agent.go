@@ -75,6 +75,24 @@ type Agent struct {
 	mu      sync.Mutex
 	leases  map[string]*lease
 	version int64
+	// polls counts the polls sent; gone holds the leases torn down, by
+	// id, until an answer to a poll sent after the teardown omits them.
+	polls int64
+	gone  map[string]*tombstone
+}
+
+// tombstone is a lease the agent tore down. A poll sent before the
+// control plane heard of the release is answered from the state before
+// it, which still lists the lease: the tombstone keeps that stale answer
+// from starting the lease again. An answer to a poll sent after the
+// teardown that still lists it means the control plane did not hear of
+// the release (the report was lost), and gets the report again, with the
+// answer's fresh credential.
+type tombstone struct {
+	generation int64
+	poll       int64 // polls when the lease was torn down
+	report     *runtime.ReleaseRequest
+	reporting  bool // a repeated report is out
 }
 
 // New returns an agent; Run runs it.
@@ -96,7 +114,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "leases"), 0o700); err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, log: cfg.Logger.With("agent", cfg.ID), leases: map[string]*lease{}}, nil
+	return &Agent{cfg: cfg, log: cfg.Logger.With("agent", cfg.ID), leases: map[string]*lease{}, gone: map[string]*tombstone{}}, nil
 }
 
 // Run loads the leases left on disk by an earlier process, then polls the
@@ -107,6 +125,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.recover(ctx)
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
+		a.mu.Lock()
+		a.polls++
+		poll := a.polls
+		a.mu.Unlock()
 		resp, err := a.cfg.Control.Poll(ctx, a.cfg.Token, &runtime.PollRequest{
 			AgentID: a.cfg.ID, Leases: a.held(), Version: a.version, Wait: a.cfg.PollWait,
 		})
@@ -121,7 +143,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		backoff = 100 * time.Millisecond
 		a.version = resp.Version
-		a.apply(ctx, resp)
+		a.apply(ctx, resp, poll)
 	}
 	return nil
 }
@@ -137,14 +159,24 @@ func (a *Agent) held() []runtime.HeldLease {
 	return out
 }
 
-// apply acts on a poll answer: leases listed are started or updated,
-// leases held but not listed were released by the control plane and are
-// torn down.
-func (a *Agent) apply(ctx context.Context, resp *runtime.PollResponse) {
+// apply acts on the answer to the agent's poll'th poll: leases listed are
+// started or updated, leases held but not listed were released by the
+// control plane and are torn down. A lease the agent tore down is never
+// started again (see tombstone).
+func (a *Agent) apply(ctx context.Context, resp *runtime.PollResponse, poll int64) {
 	listed := map[string]bool{}
 	for _, w := range resp.Leases {
 		listed[w.LeaseID] = true
 		a.mu.Lock()
+		if ts := a.gone[w.LeaseID]; ts != nil && w.Generation <= ts.generation {
+			again := ts.poll < poll && !ts.reporting
+			ts.reporting = ts.reporting || again
+			a.mu.Unlock()
+			if again {
+				go a.reportAgain(ctx, w, ts)
+			}
+			continue
+		}
 		l, ok := a.leases[w.LeaseID]
 		if !ok {
 			l = newLease(a, w)
@@ -160,16 +192,41 @@ func (a *Agent) apply(ctx context.Context, resp *runtime.PollResponse) {
 			gone = append(gone, l)
 		}
 	}
+	for id, ts := range a.gone {
+		// The control plane answered a poll sent after the teardown
+		// without the lease: it holds it no more, and never lists it
+		// again (it adopts only leases an agent holds).
+		if ts.poll < poll && !listed[id] {
+			delete(a.gone, id)
+		}
+	}
 	a.mu.Unlock()
 	for _, l := range gone {
 		l.abandon(ctx)
 	}
 }
 
-func (a *Agent) forget(id string) {
+// forget drops a lease torn down, which report was reported released
+// (or was not, if it had no credential), leaving its tombstone.
+func (a *Agent) forget(id string, generation int64, report *runtime.ReleaseRequest) {
 	a.mu.Lock()
 	delete(a.leases, id)
+	a.gone[id] = &tombstone{generation: generation, poll: a.polls, report: report}
 	a.mu.Unlock()
+}
+
+// reportAgain reports a lease torn down released again, with the
+// credential of an answer that still lists it.
+func (a *Agent) reportAgain(ctx context.Context, w *runtime.LeaseWork, ts *tombstone) {
+	err := a.cfg.Control.Released(ctx, w.Credential, ts.report)
+	a.mu.Lock()
+	ts.reporting = false
+	a.mu.Unlock()
+	if err != nil {
+		a.log.Warn("report lease released again", "lease", w.LeaseID, "err", err)
+		return
+	}
+	a.log.Info("lease reported released again: the control plane still listed it", "lease", w.LeaseID, "disposition", ts.report.Disposition)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -99,9 +99,14 @@ func newLease(a *Agent, w *runtime.LeaseWork) *lease {
 	}
 }
 
+// cred is the lease's credential, from the newest answer that listed it;
+// "" for a lease rebuilt from disk that no answer listed.
 func (l *lease) cred() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.work == nil {
+		return ""
+	}
 	return l.work.Credential
 }
 
@@ -491,24 +496,52 @@ func (l *lease) abandon(ctx context.Context) {
 
 // teardown stops the supervisor and the sandbox, removes the workspace
 // layers (unless keep) and the lease directory, and reports the lease
-// released with the residue found.
+// released with the residue found. It needs nothing that this process
+// set up: a lease rebuilt from disk, or one whose start failed part way,
+// is found through its directory (the supervisor's socket, the sandbox
+// handle in lease.json, the workspace of its record's mode), and what
+// cannot be stopped is residue.
 func (l *lease) teardown(ctx context.Context, disposition, reason string, keep bool) {
 	l.mu.Lock()
 	sup, h, ws := l.sup, l.h, l.ws
 	l.mu.Unlock()
 	residue := &bothy.Residue{}
+	supDir := filepath.Join(l.dir, "sup")
+	if sup == nil {
+		// A supervisor that an earlier agent process spawned still serves
+		// on its socket; none answers if none runs, or if its socket is
+		// gone, when it still holds its directory and is signalled.
+		if c, err := supervisor.Dial(ctx, supervisor.SocketPath(supDir)); err == nil {
+			sup = c
+		} else if signalled, err := supervisor.Terminate(supDir); signalled {
+			l.a.log.Warn("the supervisor does not answer on its socket; sent it SIGTERM", "lease", l.rec.LeaseID)
+		} else if err != nil {
+			l.a.log.Warn("stop the supervisor", "lease", l.rec.LeaseID, "err", err)
+		}
+	}
 	if sup != nil {
 		if err := sup.Shutdown(ctx); err != nil {
 			l.a.log.Warn("shut the supervisor down", "lease", l.rec.LeaseID, "err", err)
 		}
 		sup.Close()
 	}
-	if err := supervisor.WaitGone(ctx, filepath.Join(l.dir, "sup"), 30*time.Second); err != nil {
+	if err := supervisor.WaitGone(ctx, supDir, 30*time.Second); err != nil {
 		residue.Other = append(residue.Other, "supervisor: "+err.Error())
+	}
+	prov := l.a.cfg.Providers[l.rec.Provider]
+	if h == nil && len(l.rec.Handle) > 0 {
+		// Stop takes the recorded handle even of a sandbox that is partly
+		// gone: it undoes whatever of it remains.
+		var err error
+		if h, err = bothy.DecodeSandboxHandle(l.rec.Handle, l.rec.Provider); err != nil {
+			residue.Other = append(residue.Other, "sandbox handle: "+err.Error())
+		} else if prov == nil {
+			residue.Other = append(residue.Other, fmt.Sprintf("sandbox: provider %q is not enabled on this agent to stop it", l.rec.Provider))
+		}
 	}
 	var usage *bothy.Usage
 	if h != nil {
-		if prov := l.a.cfg.Providers[l.rec.Provider]; prov != nil {
+		if prov != nil {
 			if m, ok := prov.(bothy.LeaseMeter); ok {
 				if u, err := m.LeaseUsage(ctx, h); err == nil {
 					usage = &u
@@ -556,9 +589,14 @@ func (l *lease) teardown(ctx context.Context, disposition, reason string, keep b
 	l.mu.Lock()
 	l.state = leaseGone
 	l.mu.Unlock()
-	if err := l.a.cfg.Control.Released(ctx, l.cred(), &runtime.ReleaseRequest{Disposition: disposition, Residue: ev, Error: reason, Usage: usage}); err != nil {
-		l.a.log.Warn("report lease released", "lease", l.rec.LeaseID, "err", err)
+	report := &runtime.ReleaseRequest{Disposition: disposition, Residue: ev, Error: reason, Usage: usage}
+	// A lease rebuilt from disk that no answer listed has no credential:
+	// the control plane released it already, and there is no one to tell.
+	if cred := l.cred(); cred != "" {
+		if err := l.a.cfg.Control.Released(ctx, cred, report); err != nil {
+			l.a.log.Warn("report lease released", "lease", l.rec.LeaseID, "err", err)
+		}
 	}
-	l.a.forget(l.rec.LeaseID)
+	l.a.forget(l.rec.LeaseID, l.rec.Generation, report)
 	l.a.log.Info("lease torn down", "lease", l.rec.LeaseID, "disposition", disposition, "residue", ev)
 }

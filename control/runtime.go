@@ -650,7 +650,8 @@ func (c *Controller) ended(ctx context.Context, cl *runtime.Claims, cmd *bothy.C
 
 // endState returns the command state that an end report means, and what
 // the report says of the end: lost; completed, cancelled or timed_out with
-// a finished report's exit; failed otherwise.
+// a finished report's exit, or failed with it when its output found no
+// room on the runtime's disk (disk_full); failed otherwise.
 func endState(r *runtime.Report) (string, bothy.CommandUpdate) {
 	u := bothy.CommandUpdate{RevisionAfter: r.RevisionAfter, OutputDigest: r.OutputDigest}
 	if r.State == bothy.RunLost {
@@ -663,7 +664,12 @@ func endState(r *runtime.Report) (string, bothy.CommandUpdate) {
 	code, use := r.Exit.ExitCode, r.Exit.Usage
 	u.ExitCode, u.Signal, u.DurationMS = &code, r.Exit.Signal, r.Exit.Duration.Milliseconds()
 	u.Usage, u.OOMKilled, u.PidsLimited, u.DiskLimited = &use, r.Exit.OOMKilled, r.Exit.PidsLimited, r.Exit.DiskLimited
+	u.DiskFull = r.Exit.DiskFull
 	switch {
+	case r.Exit.DiskFull:
+		// Its output is incomplete: it did not complete, whatever it
+		// exited with.
+		return bothy.CommandFailed, u
 	case r.Exit.TimedOut:
 		return bothy.CommandTimedOut, u
 	case r.Exit.Cancelled:

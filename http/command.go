@@ -181,7 +181,16 @@ func (s *Server) handleCommandEvents(w nethttp.ResponseWriter, r *nethttp.Reques
 		}
 		return nil
 	}
+	// The token was resolved when the stream began; it is resolved again
+	// every TokenRecheck, so that a revoked or expired token's stream ends.
+	checked, wrote := time.Now(), time.Now()
 	for {
+		if time.Since(checked) >= s.opts.TokenRecheck {
+			if _, err := s.authenticate(r); err != nil {
+				return fail(err)
+			}
+			checked = time.Now()
+		}
 		evs, err := s.store.ListEvents(ctx, p.TenantID, id, after, eventBatch)
 		if err != nil {
 			return fail(err)
@@ -196,6 +205,7 @@ func (s *Server) handleCommandEvents(w nethttp.ResponseWriter, r *nethttp.Reques
 			if err := rc.Flush(); err != nil {
 				return nil
 			}
+			wrote = time.Now()
 		}
 		if len(evs) == eventBatch {
 			continue
@@ -213,10 +223,25 @@ func (s *Server) handleCommandEvents(w nethttp.ResponseWriter, r *nethttp.Reques
 		} else if s.compute == nil {
 			return nil
 		}
-		wctx, cancel := context.WithTimeout(ctx, keepAlive)
-		err = s.compute.WaitEvents(wctx, p.TenantID, id, after)
-		timedOut := wctx.Err() != nil
-		cancel()
+		// Wait for the next event until a keepalive is due, resolving the
+		// token again on the way as often as TokenRecheck asks.
+		var timedOut bool
+		for {
+			wait := min(keepAlive-time.Since(wrote), s.opts.TokenRecheck-time.Since(checked))
+			wctx, cancel := context.WithTimeout(ctx, max(wait, 0))
+			err = s.compute.WaitEvents(wctx, p.TenantID, id, after)
+			timedOut = wctx.Err() != nil
+			cancel()
+			if err == nil || !timedOut || ctx.Err() != nil || time.Since(wrote) >= keepAlive {
+				break
+			}
+			if time.Since(checked) >= s.opts.TokenRecheck {
+				if _, err := s.authenticate(r); err != nil {
+					return fail(err)
+				}
+				checked = time.Now()
+			}
+		}
 		switch {
 		case ctx.Err() != nil, bothy.ErrorCode(err) == bothy.EUNAVAILABLE:
 			// The client went away, or the server stops: ending the stream
@@ -228,6 +253,7 @@ func (s *Server) handleCommandEvents(w nethttp.ResponseWriter, r *nethttp.Reques
 			} else if err := rc.Flush(); err != nil {
 				return nil
 			}
+			wrote = time.Now()
 		case err != nil:
 			return fail(err)
 		}

@@ -31,6 +31,10 @@ const (
 	// DefaultMaxOps is the most operations of a batch, as in package
 	// workspace.
 	DefaultMaxOps = 1000
+	// DefaultTokenRecheck is how often an open event stream resolves its
+	// token again, so that a stream ends soon after its token is revoked
+	// or expires.
+	DefaultTokenRecheck = 5 * time.Second
 )
 
 // Options configure a Server. Zero values take the defaults.
@@ -49,6 +53,11 @@ type Options struct {
 	// Budget bounds the bytes of JSON bodies being read at once; default
 	// a budget of DefaultBudget bytes for this server alone.
 	Budget *Budget
+	// TokenRecheck is how often an open event stream resolves its token
+	// again (one store lookup per stream each time); default
+	// DefaultTokenRecheck. A stream whose token no longer resolves ends
+	// with an "error" event of code unauthorized.
+	TokenRecheck time.Duration
 	// Compute runs commands and computers. Without it the command routes
 	// that need a runtime answer 503 unavailable, stop and destroy change
 	// only the stored computer, and event streams end after the stored
@@ -95,6 +104,9 @@ func NewServer(store bothy.Store, files bothy.FileService, opts Options) *Server
 	}
 	if opts.MaxOps <= 0 {
 		opts.MaxOps = DefaultMaxOps
+	}
+	if opts.TokenRecheck <= 0 {
+		opts.TokenRecheck = DefaultTokenRecheck
 	}
 	if opts.Budget == nil {
 		opts.Budget = NewBudget(DefaultBudget)

@@ -52,7 +52,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 	})
 	t.Run("Finished", func(t *testing.T) {
 		f := newFixture(t, open)
-		cmds, w := f.runningN(5)
+		cmds, w := f.runningN(6)
 		for i, c := range []struct {
 			report *runtime.Report
 			state  string
@@ -62,6 +62,7 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 			{&runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{ExecResult: bothy.ExecResult{ExitCode: 137}, Cancelled: true}}, bothy.CommandCancelled},
 			{&runtime.Report{State: bothy.RunFailed, Error: "no such program"}, bothy.CommandFailed},
 			{&runtime.Report{State: bothy.RunLost, Error: "supervisor died"}, bothy.CommandLost},
+			{&runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{ExecResult: bothy.ExecResult{ExitCode: 137, Signal: "SIGKILL"}, DiskFull: true}}, bothy.CommandFailed},
 		} {
 			if err := f.Control.Report(f.ctx, w.Credential, cmds[i].ID, c.report); err != nil {
 				t.Fatalf("report %s: %v", c.state, err)
@@ -70,6 +71,9 @@ func testReport(t *testing.T, open func(t *testing.T) *Env) {
 		}
 		if got := f.command(cmds[0].ID); got.ExitCode == nil || *got.ExitCode != 3 {
 			t.Errorf("exit code %v, want 3", got.ExitCode)
+		}
+		if got := f.command(cmds[5].ID); !got.DiskFull || got.ExitCode == nil || *got.ExitCode != 137 {
+			t.Errorf("a disk_full end: disk_full %v exit code %v, want true and 137", got.DiskFull, got.ExitCode)
 		}
 		// A report about a command that ended changes nothing.
 		again := &runtime.Report{State: bothy.RunFinished, Exit: &bothy.Exit{ExecResult: bothy.ExecResult{ExitCode: 9}}}

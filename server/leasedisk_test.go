@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,51 +26,8 @@ import (
 func TestRunPath_LeaseDiskFull(t *testing.T) {
 	testenv.Root(t, "mounts a tmpfs")
 	ctx := t.Context()
-	data := t.TempDir()
-	if err := unix.Mount("tmpfs", data, "tmpfs", 0, "size=32m"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(data, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", data, err)
-		}
-	})
-	meta := t.TempDir()
-	e := &runPath{dir: data, stop: func() {}}
-	var err error
-	if e.store, err = sqlite.Open(ctx, filepath.Join(meta, "bothy.db")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.store.Close() })
-	if e.blobs, err = localblob.Open(filepath.Join(meta, "blobs")); err != nil {
-		t.Fatal(err)
-	}
-	tenant, err := bothy.NewTenant("leasedisk", "leasedisk")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.store.CreateTenant(ctx, tenant); err != nil {
-		t.Fatal(err)
-	}
-	e.tenant = tenant.ID
-	if _, e.token, err = e.store.CreateToken(ctx, tenant.ID, "leasedisk", []string{bothy.ScopeAdmin}, time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	if e.exe, err = os.Executable(); err != nil {
-		t.Fatal(err)
-	}
-	if e.logf, err = os.Create(filepath.Join(meta, "serve.log")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		e.stop()
-		if t.Failed() || testing.Verbose() {
-			b, _ := os.ReadFile(e.logf.Name())
-			t.Logf("server log:\n%s", b)
-		}
-		e.logf.Close()
-	})
-	e.start(t)
+	e := startTmpfsRunPath(t, "32m")
+	data := e.dir
 
 	c := e.newComputer(t, "leasedisk")
 	t.Cleanup(func() {
@@ -108,4 +66,100 @@ func TestRunPath_LeaseDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.checkReleased(t, c.ID, 1)
+}
+
+// TestRunPath_LeaseDiskFull_Output runs a command that prints 80 MB into
+// a computer whose lease directory is on a 32 MiB tmpfs: it must not end
+// completed with its output silently cut. It ends failed with disk_full,
+// its events up to there in order and its last line never journaled.
+func TestRunPath_LeaseDiskFull_Output(t *testing.T) {
+	testenv.Root(t, "mounts a tmpfs")
+	e := startTmpfsRunPath(t, "32m")
+	c := e.newComputer(t, "leasedisk")
+	t.Cleanup(func() {
+		if t.Failed() {
+			e.client.DestroyComputer(context.Background(), c.ID)
+			e.checkReleased(t, c.ID, 1)
+		}
+	})
+	const line = "0123456789abcdefghijklmnopqrstuvwxyz\n"
+	cmd := e.run(t, c.ID, bothy.RunRequest{Script: "yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c 80000000; echo end"})
+	events, final := e.stream(t, cmd.ID, 0)
+	if final == nil || final.State != bothy.CommandFailed || !final.DiskFull {
+		t.Fatalf("command ended %+v, want failed with disk_full", final)
+	}
+	var out strings.Builder
+	for i, ev := range events {
+		if ev.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d", i, ev.Seq)
+		}
+		if ev.Kind == bothy.EventStdout {
+			out.Write(ev.Data)
+		}
+	}
+	last := events[len(events)-1]
+	if last.Kind != bothy.EventExit || !strings.Contains(last.Fields, `"disk_full":true`) {
+		t.Fatalf("last event %s %s, want an exit with disk_full", last.Kind, last.Fields)
+	}
+	got := out.String()
+	if got == "" || strings.HasSuffix(got, "end\n") || got != strings.Repeat(line, len(got)/len(line)+1)[:len(got)] {
+		t.Fatalf("%d bytes of stdout, want a prefix of what was printed, without its last line", len(got))
+	}
+	if _, err := e.client.DestroyComputer(t.Context(), c.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.checkReleased(t, c.ID, 1)
+}
+
+// startTmpfsRunPath starts a runPath whose data directory, where the
+// leases live, is a tmpfs of size (a mount option: "32m"), unmounted at
+// cleanup; the store and the blobs are elsewhere, with room.
+func startTmpfsRunPath(t *testing.T, size string) *runPath {
+	t.Helper()
+	data := t.TempDir()
+	if err := unix.Mount("tmpfs", data, "tmpfs", 0, "size="+size); err != nil {
+		t.Fatalf("mount tmpfs: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(data, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", data, err)
+		}
+	})
+	meta := t.TempDir()
+	e := &runPath{dir: data, stop: func() {}}
+	var err error
+	if e.store, err = sqlite.Open(t.Context(), filepath.Join(meta, "bothy.db")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.store.Close() })
+	if e.blobs, err = localblob.Open(filepath.Join(meta, "blobs")); err != nil {
+		t.Fatal(err)
+	}
+	tenant, err := bothy.NewTenant("leasedisk", "leasedisk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.CreateTenant(t.Context(), tenant); err != nil {
+		t.Fatal(err)
+	}
+	e.tenant = tenant.ID
+	if _, e.token, err = e.store.CreateToken(t.Context(), tenant.ID, "leasedisk", []string{bothy.ScopeAdmin}, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if e.exe, err = os.Executable(); err != nil {
+		t.Fatal(err)
+	}
+	if e.logf, err = os.Create(filepath.Join(meta, "serve.log")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.stop()
+		if t.Failed() || testing.Verbose() {
+			b, _ := os.ReadFile(e.logf.Name())
+			t.Logf("server log:\n%s", b)
+		}
+		e.logf.Close()
+	})
+	e.start(t)
+	return e
 }

@@ -52,6 +52,8 @@ func scanCommand(r scanner) (*bothy.Command, error) {
 			c.PidsLimited = true
 		case "disk_limited":
 			c.DiskLimited = true
+		case "disk_full":
+			c.DiskFull = true
 		}
 	}
 	c.IdempotencyKey, c.LeaseID, c.Generation = key.String, leaseID.String, gen.Int64
@@ -473,6 +475,9 @@ func limitedList(u bothy.CommandUpdate) string {
 	}
 	if u.DiskLimited {
 		l = append(l, "disk_limited")
+	}
+	if u.DiskFull {
+		l = append(l, "disk_full")
 	}
 	return strings.Join(l, ",")
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"sync"
 
@@ -48,8 +49,8 @@ func (s *server) run(id string, rs *bothy.RunSpec) (*Status, error) {
 
 	spec := rs.ExecSpec()
 	spec.Stdin = bytes.NewReader(rs.Stdin)
-	spec.Stdout = &output{s: s, j: j, kind: kindStdout}
-	spec.Stderr = &output{s: s, j: j, kind: kindStderr}
+	spec.Stdout = &output{s: s, c: c, kind: kindStdout}
+	spec.Stderr = &output{s: s, c: c, kind: kindStderr}
 	var flush []*redacted
 	if red != nil {
 		// Output is redacted before it reaches the journal and the
@@ -96,22 +97,31 @@ func (s *server) exec(ctx context.Context, c *command, spec bothy.ExecSpec, flus
 	c.cancel()
 	c.cancel = nil
 	s.mu.Unlock()
+	c.j.mu.Lock()
+	dropped, full := c.j.dropped, c.j.full
+	c.j.mu.Unlock()
 	kind, data := kindExit, []byte(nil)
 	if res != nil {
-		c.j.mu.Lock()
-		dropped := c.j.dropped
-		c.j.mu.Unlock()
 		if diskLimited && cancelled {
 			// Cancelled for the scratch limit: that is how it ended.
 			res.DiskLimited, cancelled = true, false
 		}
-		data, _ = json.Marshal(bothy.Exit{ExecResult: *res, Cancelled: cancelled, DroppedBytes: dropped})
+		if full {
+			// Killed, or ended, with output that found no room: its
+			// output is incomplete, whatever else happened.
+			cancelled = false
+		}
+		data, _ = json.Marshal(bothy.Exit{ExecResult: *res, Cancelled: cancelled, DroppedBytes: dropped, DiskFull: full})
 	} else {
 		e := &bothy.Error{Code: bothy.ErrorCode(err), Message: bothy.ErrorMessage(err)}
 		if e.Code == bothy.EINTERNAL {
 			s.log.Error("exec", "command", c.j.id, "err", err)
 		}
-		kind, data = kindState, mustJSON(FinalState{State: bothy.RunFailed, Error: e})
+		f := FinalState{State: bothy.RunFailed, Error: e}
+		if full {
+			f.Reason = "disk_full"
+		}
+		kind, data = kindState, mustJSON(f)
 	}
 	if err := c.j.finish(kind, data); err != nil {
 		s.log.Error("journal exit", "command", c.j.id, "err", err)
@@ -125,20 +135,32 @@ func mustJSON(v any) []byte {
 
 // output is the writer of one stream of a command. It never fails, so
 // that the provider keeps draining the pipe; a journal error is logged.
+// Output that finds no room on the disk kills the command, as the scratch
+// limit does: it ends disk_full rather than claim an output it lost.
 type output struct {
 	s    *server
-	j    *journal
+	c    *command
 	kind byte
 }
 
 func (o *output) Write(p []byte) (int, error) {
-	if err := o.j.output(o.kind, p); err != nil {
-		o.j.mu.Lock()
-		first := o.j.werr == nil
-		o.j.werr = err
-		o.j.mu.Unlock()
+	j := o.c.j
+	err := j.output(o.kind, p)
+	if errors.Is(err, errDiskFull) {
+		o.s.log.Error("no room to journal a command's output; killing it", "command", j.id, "err", err)
+		o.s.mu.Lock()
+		if o.c.cancel != nil {
+			o.c.cancelled = true
+			o.c.cancel()
+		}
+		o.s.mu.Unlock()
+	} else if err != nil {
+		j.mu.Lock()
+		first := j.werr == nil
+		j.werr = err
+		j.mu.Unlock()
 		if first {
-			o.s.log.Error("journal output", "command", o.j.id, "err", err)
+			o.s.log.Error("journal output", "command", j.id, "err", err)
 		}
 	}
 	return len(p), nil

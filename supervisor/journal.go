@@ -9,7 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/bothyhq/bothy"
 )
@@ -41,6 +44,29 @@ const (
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// Room reserved for the end of a command. Every journal keeps at least
+// endReserve bytes allocated past its end (fallocate, FALLOC_FL_KEEP_SIZE)
+// before it appends output, so that when its disk fills, the exit or
+// final state record still fits: a command is never left without an end
+// for lack of space. The room is taken reserveStep at a time and given
+// back when the command ends.
+const (
+	endReserve  = 64 << 10
+	reserveStep = 256 << 10
+	// maxReserve bounds the reserve past the end of the output records.
+	maxReserve = frameSize + headSize + maxChunk + endReserve + reserveStep
+)
+
+// errDiskFull is returned, once, by journal.output when the command's
+// output no longer fits on the disk (ENOSPC, EDQUOT): the journal keeps
+// what it holds and takes no more output, and the command must be killed.
+var errDiskFull = errors.New("no room on the supervisor's disk for the command's output")
+
+// noSpace reports whether err says the disk or the quota is full.
+func noSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
 
 // record is one framed journal record.
 type record struct {
@@ -130,6 +156,13 @@ type journal struct {
 	dirty     bool    // written since the last fsync
 	notify    chan struct{}
 	werr      error // the first write error, logged once
+	// reserved is the end of the space allocated for the journal, past
+	// size by at least endReserve while output is appended (see
+	// endReserve); noReserve: the file system cannot preallocate.
+	reserved  int64
+	noReserve bool
+	// full: output did not fit on the disk; no more is taken.
+	full bool
 	// archive holds the command's whole output, past the retention bound
 	// too, up to MaxArchiveBytes (see ArchivePath); nil once closed.
 	archive  *os.File
@@ -148,10 +181,11 @@ func ArchivePath(dir, id string) string {
 	return filepath.Join(dir, "commands", id+".out")
 }
 
-// archiveLocked appends output to the archive; mu is held.
-func (j *journal) archiveLocked(kind byte, p []byte) {
+// archiveLocked appends output to the archive; mu is held. A write
+// error closes the archive; one for lack of space is returned.
+func (j *journal) archiveLocked(kind byte, p []byte) error {
 	if j.archive == nil || j.archived >= MaxArchiveBytes {
-		return
+		return nil
 	}
 	if rest := MaxArchiveBytes - j.archived; int64(len(p)) > rest {
 		p = p[:rest]
@@ -163,9 +197,51 @@ func (j *journal) archiveLocked(kind byte, p []byte) {
 	if _, err := j.archive.Write(frame); err != nil {
 		j.archive.Close()
 		j.archive = nil
-		return
+		if noSpace(err) {
+			return fmt.Errorf("write output archive: %w", err)
+		}
+		return nil
 	}
 	j.archived += int64(len(p))
+	return nil
+}
+
+// reserveLocked makes sure that n more bytes and then endReserve fit in
+// the space allocated for the journal; mu is held. It fails only for lack
+// of space: on a file system that cannot preallocate, it reserves nothing.
+func (j *journal) reserveLocked(n int64) error {
+	if j.noReserve || j.reserved-j.size >= n+endReserve {
+		return nil
+	}
+	size := n + endReserve + reserveStep
+	err := unix.Fallocate(int(j.f.Fd()), unix.FALLOC_FL_KEEP_SIZE, j.size, size)
+	switch {
+	case err == nil:
+		j.reserved = j.size + size
+	case noSpace(err):
+		return fmt.Errorf("reserve journal space: %w", err)
+	default:
+		j.noReserve = true
+	}
+	return nil
+}
+
+// releaseLocked gives back the space reserved past the journal's end;
+// mu is held and the terminal record is written. It frees as much as a
+// supervisor ever reserves, so that the reserve of one that died (a
+// journal opened at start and ended lost) is given back too.
+func (j *journal) releaseLocked() {
+	if !j.noReserve {
+		unix.Fallocate(int(j.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, j.size, maxReserve)
+	}
+	j.f.Truncate(j.size) // and what a failed write left past the end
+	j.reserved = 0
+}
+
+// fullLocked records that the disk is full; mu is held.
+func (j *journal) fullLocked(err error) error {
+	j.full = true
+	return fmt.Errorf("%w: %w", errDiskFull, err)
 }
 
 func journalPath(dir, id string) string { return filepath.Join(dir, id+".journal") }
@@ -180,6 +256,13 @@ func createJournal(dir, id string, spec []byte, retain int64) (*journal, error) 
 		return nil, fmt.Errorf("create journal: %w", err)
 	}
 	b := (&record{Time: time.Now(), Kind: kindAccept, Data: spec}).encode()
+	j := &journal{id: id, path: path, retain: retain, f: f, spec: spec, notify: make(chan struct{})}
+	if err := j.reserveLocked(int64(len(b))); err != nil {
+		// Refused before anything is journaled: the command never existed.
+		f.Close()
+		os.Remove(path)
+		return nil, bothy.Errorf(bothy.EINSUFFICIENT, "no room on the lease's disk for a new command: %v", err)
+	}
 	if _, err := f.Write(b); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("write accept record: %w", err)
@@ -197,7 +280,8 @@ func createJournal(dir, id string, spec []byte, retain int64) (*journal, error) 
 		f.Close()
 		return nil, fmt.Errorf("create output archive: %w", err)
 	}
-	return &journal{id: id, path: path, retain: retain, f: f, size: int64(len(b)), spec: spec, notify: make(chan struct{}), archive: archive}, nil
+	j.size, j.archive = int64(len(b)), archive
+	return j, nil
 }
 
 // openJournal reads an existing journal, verifies every record and cuts a
@@ -275,7 +359,12 @@ func (j *journal) appendLocked(kind byte, data []byte) error {
 	rec := &record{Seq: j.lastSeq + 1, Time: time.Now(), Kind: kind, Data: data}
 	b := rec.encode()
 	if _, err := j.f.WriteAt(b, j.size); err != nil {
-		j.f.Truncate(j.size) // drop a partial record; reopen would too
+		if j.reserved <= j.size {
+			// Drop a partial record; reopen would too. Inside the
+			// reserved space the next record overwrites it, and
+			// truncating would give the reservation back.
+			j.f.Truncate(j.size)
+		}
 		return fmt.Errorf("append to journal: %w", err)
 	}
 	j.size += int64(len(b))
@@ -287,14 +376,18 @@ func (j *journal) appendLocked(kind byte, data []byte) error {
 }
 
 // output appends command output, split into chunks, up to the retention
-// bound; there it appends one truncated event and drops the rest.
+// bound; there it appends one truncated event and drops the rest. When
+// the output does not fit on the disk (in the journal or the archive) it
+// returns errDiskFull, once, and drops all output after.
 func (j *journal) output(kind byte, p []byte) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.terminal != nil || j.f == nil {
+	if j.terminal != nil || j.f == nil || j.full {
 		return nil
 	}
-	j.archiveLocked(kind, p)
+	if err := j.archiveLocked(kind, p); err != nil {
+		return j.fullLocked(err)
+	}
 	if j.truncated {
 		j.dropped += int64(len(p))
 		return nil
@@ -305,7 +398,7 @@ func (j *journal) output(kind byte, p []byte) error {
 	}
 	for rest := keep; len(rest) > 0; {
 		n := min(len(rest), maxChunk)
-		if err := j.appendLocked(kind, rest[:n]); err != nil {
+		if err := j.appendOutputLocked(kind, rest[:n]); err != nil {
 			return err
 		}
 		j.retained += int64(n)
@@ -315,7 +408,22 @@ func (j *journal) output(kind byte, p []byte) error {
 		j.truncated = true
 		j.dropped += int64(len(p) - len(keep))
 		fields := fmt.Sprintf(`{"retained_bytes":%d}`, j.retained)
-		return j.appendLocked(kindTruncated, []byte(fields))
+		return j.appendOutputLocked(kindTruncated, []byte(fields))
+	}
+	return nil
+}
+
+// appendOutputLocked appends a record that is not the last, keeping room
+// for the end; mu is held.
+func (j *journal) appendOutputLocked(kind byte, data []byte) error {
+	if err := j.reserveLocked(int64(frameSize + headSize + len(data))); err != nil {
+		return j.fullLocked(err)
+	}
+	if err := j.appendLocked(kind, data); err != nil {
+		if noSpace(err) {
+			return j.fullLocked(err)
+		}
+		return err
 	}
 	return nil
 }
@@ -335,6 +443,7 @@ func (j *journal) finish(kind byte, data []byte) error {
 		j.archive.Close()
 		j.archive = nil
 	}
+	j.releaseLocked()
 	err := j.f.Sync()
 	j.terminal = &record{Seq: j.lastSeq, Kind: kind, Data: data}
 	j.f.Close()

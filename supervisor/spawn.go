@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -208,4 +209,46 @@ func running(dir string) bool {
 	// The state follows the command name, which is in parentheses.
 	i := bytes.LastIndexByte(stat, ')')
 	return i >= 0 && i+2 < len(stat) && stat[i+2] != 'Z'
+}
+
+// Terminate sends SIGTERM to the supervisor of dir, for a caller that
+// cannot reach it on its socket (Shutdown is the way otherwise): the
+// supervisor cancels its commands, journals their end and exits, as at
+// Shutdown. It signals only a live process that a supervisor started by
+// Spawn would be: the pid written beside the directory's lock while the
+// lock is held, whose working directory is dir. It reports whether it
+// signalled one; WaitGone then waits for it to end.
+func Terminate(dir string) (bool, error) {
+	lock, err := os.OpenFile(filepath.Join(dir, "supervisor.lock"), os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
+		syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		return false, nil // no supervisor holds the directory
+	} else if !errors.Is(err, syscall.EWOULDBLOCK) {
+		return false, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "supervisor.pid"))
+	if err != nil {
+		return false, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 1 {
+		return false, fmt.Errorf("supervisor pid file of %s holds %q", dir, b)
+	}
+	abs, err := filepath.Abs(dir)
+	if err == nil {
+		abs, err = filepath.EvalSymlinks(abs) // as the kernel shows a cwd
+	}
+	if err != nil {
+		return false, err
+	}
+	if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", pid)); err != nil || cwd != abs || !running(dir) {
+		return false, fmt.Errorf("the process holding %s is not its supervisor %d", dir, pid)
+	}
+	return true, syscall.Kill(pid, syscall.SIGTERM)
 }
