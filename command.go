@@ -117,6 +117,11 @@ type Command struct {
 	// Secrets names the secrets it was given and the variables that held
 	// them; values are never stored.
 	Secrets []SecretRef `json:"secrets,omitempty"`
+	// StdinBytes is the size of the standard input it was given. Stdin,
+	// like environment values, is never stored: it is held in memory
+	// until dispatch, and a command with stdin that a restart of the
+	// server finds undispatched fails (see Error).
+	StdinBytes int64 `json:"stdin_bytes,omitempty"`
 	// Limits are its own limits, within its lease's (RunRequest.Limits).
 	Limits    Limits `json:"limits,omitzero"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
@@ -159,7 +164,16 @@ type Command struct {
 	// room for its output (Exit.DiskFull): what was journaled until then
 	// is kept, the rest is lost.
 	DiskFull bool `json:"disk_full,omitempty"`
+	// Error says why a command failed or was lost ("" if it did not, or
+	// nothing said why): the runtime's reason (a sandbox that ended,
+	// a run its provider could not start), or the control plane's (its
+	// environment values or stdin lost at a restart before dispatch).
+	Error string `json:"error,omitempty"`
 }
+
+// MaxCommandErrorLen bounds a command's stored Error; a longer reason is
+// cut.
+const MaxCommandErrorLen = 4096
 
 // Validate reports whether c can be created.
 func (c *Command) Validate() error {
@@ -181,6 +195,8 @@ func (c *Command) Validate() error {
 		return Errorf(EINVALID, "command limits must not be negative")
 	} else if len(c.Cwd) > 4096 {
 		return Errorf(EINVALID, "command cwd must be at most 4096 bytes")
+	} else if c.StdinBytes < 0 || c.StdinBytes > MaxStdinBytes {
+		return Errorf(EINVALID, "command stdin_bytes must be 0 to %d", MaxStdinBytes)
 	}
 	for _, name := range c.EnvNames {
 		if err := validateEnvName(name); err != nil {
@@ -346,6 +362,9 @@ type CommandUpdate struct {
 	// OOMKilled, PidsLimited, DiskLimited and DiskFull are recorded when
 	// true.
 	OOMKilled, PidsLimited, DiskLimited, DiskFull bool
+	// Error, if set, is stored as the command's Error (cut to
+	// MaxCommandErrorLen bytes).
+	Error string
 	// StartedAt and FinishedAt default to now on entering running and a
 	// terminal state respectively.
 	StartedAt  time.Time

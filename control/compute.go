@@ -34,7 +34,7 @@ func (c *Controller) RunCommand(ctx context.Context, tenantID, computerID string
 	cmd := &bothy.Command{
 		ID: newID("cmd_"), TenantID: tenantID, ComputerID: computerID, IdempotencyKey: req.IdempotencyKey,
 		WorkJobID: cmp.Or(req.WorkJobID, comp.WorkJobID), Argv: req.Argv, Script: req.Script, Cwd: req.Cwd, TimeoutMS: req.TimeoutMS,
-		Secrets: req.Secrets, Limits: req.Limits,
+		Secrets: req.Secrets, Limits: req.Limits, StdinBytes: int64(len(req.Stdin)),
 	}
 	if req.Authority != nil {
 		cmd.AuthorityDigest = req.Authority.Digest()

@@ -273,10 +273,14 @@ func (c *Controller) commandWork(ctx context.Context, l *leaseState, cmd *bothy.
 		}
 		if spec == nil {
 			spec = &bothy.RunSpec{Argv: cmd.Argv, Script: cmd.Script, Cwd: cmd.Cwd, TimeoutMS: cmd.TimeoutMS, Limits: cmd.Limits}
+			// Environment values and stdin are never stored; they died
+			// with the process that admitted the command, which must not
+			// run without them.
 			if len(cmd.EnvNames) > 0 {
-				// Values are never stored; they died with the process that
-				// admitted the command.
 				c.finishFailed(ctx, cmd, []string{bothy.CommandAdmitted}, "the server restarted before dispatch and environment values are not kept; run it again")
+				return nil, nil
+			} else if cmd.StdinBytes > 0 {
+				c.finishFailed(ctx, cmd, []string{bothy.CommandAdmitted}, "the server restarted before dispatch and stdin is not kept; run it again")
 				return nil, nil
 			}
 		}
@@ -327,13 +331,13 @@ func (c *Controller) commandWork(ctx context.Context, l *leaseState, cmd *bothy.
 }
 
 // finishFailed moves a command to failed, via running where the states
-// require it, recording why as a state event.
+// require it, recording why as a state event and as its Error.
 func (c *Controller) finishFailed(ctx context.Context, cmd *bothy.Command, from []string, reason string) {
 	fields, _ := json.Marshal(map[string]string{"state": bothy.CommandFailed, "error": reason})
 	if err := c.store.AppendEvents(ctx, cmd.TenantID, cmd.ID, 0, []bothy.Event{{Kind: bothy.EventState, Fields: string(fields)}}); err != nil {
 		c.log.Warn("record failure event", "command", cmd.ID, "err", err)
 	}
-	if _, err := c.transition(ctx, cmd.TenantID, cmd.ID, from, bothy.CommandFailed, bothy.CommandUpdate{}); err != nil {
+	if _, err := c.transition(ctx, cmd.TenantID, cmd.ID, from, bothy.CommandFailed, bothy.CommandUpdate{Error: reason}); err != nil {
 		c.log.Warn("fail command", "command", cmd.ID, "err", err)
 	}
 	c.forget(cmd.ID)
@@ -466,7 +470,7 @@ func (c *Controller) afterRelease(ctx context.Context, tenantID, computerID, lea
 			}
 			fields, _ := json.Marshal(map[string]string{"state": bothy.CommandLost, "reason": "its lease ended before it finished"})
 			c.store.AppendEvents(ctx, tenantID, cmd.ID, 0, []bothy.Event{{Kind: bothy.EventState, Fields: string(fields)}})
-			if _, err := c.transition(ctx, tenantID, cmd.ID, from, bothy.CommandLost, bothy.CommandUpdate{}); err != nil && bothy.ErrorCode(err) != bothy.ECONFLICT {
+			if _, err := c.transition(ctx, tenantID, cmd.ID, from, bothy.CommandLost, bothy.CommandUpdate{Error: "its lease ended before it finished"}); err != nil && bothy.ErrorCode(err) != bothy.ECONFLICT {
 				return err
 			}
 			c.forget(cmd.ID)
@@ -651,8 +655,10 @@ func (c *Controller) ended(ctx context.Context, cl *runtime.Claims, cmd *bothy.C
 func endState(r *runtime.Report) (string, bothy.CommandUpdate) {
 	u := bothy.CommandUpdate{RevisionAfter: r.RevisionAfter, OutputDigest: r.OutputDigest}
 	if r.State == bothy.RunLost {
+		u.Error = r.Error
 		return bothy.CommandLost, u
 	} else if r.State != bothy.RunFinished || r.Exit == nil {
+		u.Error = r.Error
 		return bothy.CommandFailed, u
 	}
 	code, use := r.Exit.ExitCode, r.Exit.Usage

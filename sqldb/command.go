@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/bothyhq/bothy"
 )
@@ -16,7 +17,7 @@ import (
 const commandColumns = `tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state,
 	exit_code, signal, lease_id, generation, last_seq, output_digest, truncated, created_at, dispatched_at, started_at,
 	finished_at, wall_millis, revision_after, work_job_id, revision_before, authority_digest, cpu_us, peak_memory_bytes,
-	memory_byte_seconds, bytes_written, network_bytes, limited, secrets, limits`
+	memory_byte_seconds, bytes_written, network_bytes, limited, secrets, limits, error, stdin_bytes`
 
 func scanCommand(r scanner) (*bothy.Command, error) {
 	c := &bothy.Command{}
@@ -28,7 +29,7 @@ func scanCommand(r scanner) (*bothy.Command, error) {
 		&exit, &c.Signal, &leaseID, &gen, &c.LastSeq, &c.OutputDigest, &c.Truncated, scanTime(&c.CreatedAt),
 		scanTime(&c.DispatchedAt), scanTime(&c.StartedAt), scanTime(&c.FinishedAt), &c.DurationMS, &c.RevisionAfter,
 		&c.WorkJobID, &c.RevisionBefore, &c.AuthorityDigest, &u.CPUMicros, &u.PeakMemoryBytes, &u.MemoryByteSeconds,
-		&u.BytesWritten, &u.NetworkBytes, &limited, &secrets, &limits)
+		&u.BytesWritten, &u.NetworkBytes, &limited, &secrets, &limits, &c.Error, &c.StdinBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -154,11 +155,11 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 		}
 		at := s.timeArg(created)
 		res, err := tx.ExecContext(ctx, s.q(`INSERT INTO commands
-			(tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state, created_at, updated_at, work_job_id, authority_digest, secrets, limits)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			(tenant_id, id, computer_id, idempotency_key, argv, script, cwd, env_names, timeout_ms, state, created_at, updated_at, work_job_id, authority_digest, secrets, limits, stdin_bytes)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (tenant_id, computer_id, idempotency_key) DO NOTHING`),
 			c.TenantID, c.ID, c.ComputerID, nullString(c.IdempotencyKey), argv, c.Script, c.Cwd, env, c.TimeoutMS,
-			bothy.CommandAdmitted, at, at, c.WorkJobID, c.AuthorityDigest, string(secrets), string(limits))
+			bothy.CommandAdmitted, at, at, c.WorkJobID, c.AuthorityDigest, string(secrets), string(limits), c.StdinBytes)
 		if err != nil {
 			return s.conflict(err, "command %q already exists", c.ID)
 		}
@@ -179,6 +180,7 @@ func (s *DB) CreateCommand(ctx context.Context, c *bothy.Command) (bool, error) 
 		ID: c.ID, TenantID: c.TenantID, ComputerID: c.ComputerID, IdempotencyKey: c.IdempotencyKey, WorkJobID: c.WorkJobID,
 		Argv: nilIfEmpty(c.Argv), Script: c.Script, Cwd: c.Cwd, EnvNames: nilIfEmpty(c.EnvNames), TimeoutMS: c.TimeoutMS,
 		State: bothy.CommandAdmitted, CreatedAt: created, AuthorityDigest: c.AuthorityDigest, Secrets: nilIfEmptyRefs(c.Secrets), Limits: c.Limits,
+		StdinBytes: c.StdinBytes,
 	}
 	return true, nil
 }
@@ -407,6 +409,9 @@ func (s *DB) transitionSet(to string, u bothy.CommandUpdate) ([]string, []any) {
 		set = append(set, "cpu_us = ?", "peak_memory_bytes = ?", "memory_byte_seconds = ?", "bytes_written = ?", "network_bytes = ?")
 		args = append(args, us.CPUMicros, us.PeakMemoryBytes, us.MemoryByteSeconds, us.BytesWritten, us.NetworkBytes)
 	}
+	if u.Error != "" {
+		set, args = append(set, "error = ?"), append(args, cutError(u.Error))
+	}
 	if limited := limitedList(u); limited != "" {
 		set, args = append(set, "limited = ?"), append(args, limited)
 	}
@@ -475,6 +480,19 @@ func limitedList(u bothy.CommandUpdate) string {
 		l = append(l, "disk_full")
 	}
 	return strings.Join(l, ",")
+}
+
+// cutError cuts a command's error to bothy.MaxCommandErrorLen bytes, at a
+// rune boundary.
+func cutError(s string) string {
+	if len(s) <= bothy.MaxCommandErrorLen {
+		return s
+	}
+	s = s[:bothy.MaxCommandErrorLen]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
 }
 
 func nilIfEmptyRefs(refs []bothy.SecretRef) []bothy.SecretRef {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bothyhq/bothy"
 )
@@ -158,6 +159,32 @@ func testCommands(t *testing.T, open opener) {
 		if cs, err := s.ListComputers(t.Context(), "acme", bothy.ComputerFilter{}); err != nil || len(cs) != 1 || cs[0].Usage != want {
 			t.Errorf("listed computer usage %+v (%v), want %+v", cs, err, want)
 		}
+	})
+
+	run(t, "TransitionCommand/ErrorAndStdinBytes", func(t *testing.T) {
+		s := leaseSetup(t, open)
+		c := newCommand("acme", "c1", "cmd1", "")
+		c.StdinBytes = 5
+		mustCreateCommand(t, s, c)
+		if c.StdinBytes != 5 || mustFindCommand(t, s, "acme", "cmd1").StdinBytes != 5 {
+			t.Errorf("stdin_bytes %d, want 5", mustFindCommand(t, s, "acme", "cmd1").StdinBytes)
+		}
+		got := mustTransition(t, s, "acme", "cmd1", []string{bothy.CommandAdmitted}, bothy.CommandFailed, bothy.CommandUpdate{Error: "the reason"})
+		if got.Error != "the reason" {
+			t.Errorf("error %q, want the reason", got.Error)
+		}
+		checkCommand(t, mustFindCommand(t, s, "acme", "cmd1"), got)
+		// A long reason is cut, at a rune boundary.
+		mustCreateCommand(t, s, newCommand("acme", "c1", "cmd2", ""))
+		long := "x" + strings.Repeat("é", bothy.MaxCommandErrorLen)
+		got = mustTransition(t, s, "acme", "cmd2", []string{bothy.CommandAdmitted}, bothy.CommandFailed, bothy.CommandUpdate{Error: long})
+		if len(got.Error) > bothy.MaxCommandErrorLen || len(got.Error) < bothy.MaxCommandErrorLen-1 || !strings.HasPrefix(long, got.Error) || !utf8.ValidString(got.Error) {
+			t.Errorf("a long error is stored as %d bytes", len(got.Error))
+		}
+		bad := newCommand("acme", "c1", "cmd3", "")
+		bad.StdinBytes = -1
+		_, err := s.CreateCommand(t.Context(), bad)
+		WantCode(t, err, bothy.EINVALID)
 	})
 
 	run(t, "CreateCommand/SecretRefs", func(t *testing.T) {

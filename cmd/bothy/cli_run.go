@@ -134,6 +134,9 @@ func (c *cli) logs(ctx context.Context, args []string) error {
 	} else if cmd, err = c.stored(ctx, cl, id, *after, rf.json); err != nil {
 		return err
 	}
+	if cmd.Error != "" {
+		fmt.Fprintf(c.err, "bothy: command %s %s: %s\n", cmd.ID, cmd.State, cmd.Error)
+	}
 	if rf.json {
 		return c.printJSON(cmd)
 	}
@@ -240,7 +243,8 @@ func (c *cli) exit(cmd *bothy.Command) error {
 // commandExit maps a command's end to bothy's exit status: a completed
 // command's exit code (128+N when signal N killed it), 124 for timed_out as
 // timeout(1) does, and 1 with a message for failed, cancelled, lost and an
-// unfinished command.
+// unfinished command; the message says why the command failed or was lost
+// when the server knows (Command.Error).
 func commandExit(cmd *bothy.Command) (int, string) {
 	switch {
 	case cmd.State == bothy.CommandCompleted && cmd.ExitCode != nil:
@@ -249,6 +253,8 @@ func commandExit(cmd *bothy.Command) (int, string) {
 		return 1, fmt.Sprintf("command %s completed without an exit code", cmd.ID)
 	case cmd.State == bothy.CommandTimedOut:
 		return 124, fmt.Sprintf("command %s timed out", cmd.ID)
+	case bothy.CommandTerminal(cmd.State) && cmd.Error != "":
+		return 1, fmt.Sprintf("command %s did not complete: %s: %s", cmd.ID, cmd.State, cmd.Error)
 	case bothy.CommandTerminal(cmd.State):
 		return 1, fmt.Sprintf("command %s did not complete: %s", cmd.ID, cmd.State)
 	}

@@ -332,8 +332,8 @@ func TestE2E_SandboxDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := a.run(c.ID, bothy.RunRequest{Argv: []string{"true"}, Wait: true})
-	if failed.State != bothy.CommandFailed {
-		t.Fatalf("a command in a dead sandbox is %s, want failed", failed.State)
+	if failed.State != bothy.CommandFailed || failed.Error == "" {
+		t.Fatalf("a command in a dead sandbox is %s, error %q; want failed, saying why", failed.State, failed.Error)
 	}
 	again := a.run(c.ID, bothy.RunRequest{Argv: []string{"cat", "kept.txt"}, Wait: true})
 	if got := output(a.events(again.ID, 0, nil)); again.State != bothy.CommandCompleted || got != "kept\n" || again.Generation <= first.Generation {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/bothyhq/bothy"
@@ -27,7 +28,7 @@ const usage = `bothy: durable computers for AI agents
 usage: bothy COMMAND [flags] [args]
 
 commands over the API (server and token from BOTHY_URL and BOTHY_TOKEN, or --url and --token;
---json prints JSON):
+--json prints JSON; these three may come before the command too, as in "bothy --json ls"):
   create [--label L] [--profile P] [--conversation C] [--work-job J] [--egress none|all|allow=HOST:PORT,...]
                             create a computer and print its id
   ls [--conversation C] [--label L] [--state S]
@@ -108,6 +109,7 @@ func main() {
 }
 
 func run(ctx context.Context, args []string) error {
+	args = globalFlagsAfterVerb(args)
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Print(usage)
 		if len(args) == 0 {
@@ -146,6 +148,40 @@ func run(ctx context.Context, args []string) error {
 		return bothy.Errorf(bothy.EINVALID, "unknown command %q; run \"bothy help\"", args[0])
 	}
 	return fn(ctx, args[1:])
+}
+
+// globalFlagsAfterVerb moves the flags of the verbs over the API (--url U,
+// --token T, --json, in any of the flag package's spellings) from before
+// the verb to just after it, where the verb parses them: "bothy --json ls"
+// is "bothy ls --json". Arguments that do not start with those flags and
+// then a verb are returned as they are.
+func globalFlagsAfterVerb(args []string) []string {
+	i := 0
+	for i < len(args) {
+		name, hasValue := strings.CutPrefix(args[i], "--")
+		if !hasValue {
+			name, hasValue = strings.CutPrefix(args[i], "-")
+		}
+		if !hasValue || name == "" {
+			break
+		}
+		name, _, inline := strings.Cut(name, "=")
+		switch {
+		case name == "json":
+			i++
+		case (name == "url" || name == "token") && inline:
+			i++
+		case (name == "url" || name == "token") && i+1 < len(args):
+			i += 2
+		default:
+			return args
+		}
+	}
+	if i == 0 || i == len(args) {
+		return args
+	}
+	out := append([]string{args[i]}, args[:i]...)
+	return append(out, args[i+1:]...)
 }
 
 // describe renders an error for a person: domain errors by their message,
