@@ -155,6 +155,10 @@ type Command struct {
 	OOMKilled   bool `json:"oom_killed,omitempty"`
 	PidsLimited bool `json:"pids_limited,omitempty"`
 	DiskLimited bool `json:"disk_limited,omitempty"`
+	// SandboxLost reports that the lease's sandbox died while the command
+	// ran (its init was killed: the host's OOM killer, a crash), which
+	// killed the command with it.
+	SandboxLost bool `json:"sandbox_lost,omitempty"`
 }
 
 // Validate reports whether c can be created.
@@ -309,6 +313,10 @@ type Exit struct {
 	Cancelled bool `json:"cancelled,omitempty"`
 	// DroppedBytes counts the output dropped after the truncated event.
 	DroppedBytes int64 `json:"dropped_bytes,omitempty"`
+	// SandboxLost reports that the lease's sandbox had ended when the
+	// command did: the agent's word, not the supervisor's (see
+	// Command.SandboxLost).
+	SandboxLost bool `json:"sandbox_lost,omitempty"`
 }
 
 // CommandFilter selects commands of one tenant. Empty fields match all.
@@ -335,8 +343,9 @@ type CommandUpdate struct {
 	RevisionAfter int64
 	// Usage, if set, is stored as the command's usage.
 	Usage *Usage
-	// OOMKilled, PidsLimited and DiskLimited are recorded when true.
-	OOMKilled, PidsLimited, DiskLimited bool
+	// OOMKilled, PidsLimited, DiskLimited and SandboxLost are recorded
+	// when true.
+	OOMKilled, PidsLimited, DiskLimited, SandboxLost bool
 	// StartedAt and FinishedAt default to now on entering running and a
 	// terminal state respectively.
 	StartedAt  time.Time

@@ -106,6 +106,15 @@ func (l *lease) run(ctx context.Context, sup *supervisor.Client, cw *runtime.Com
 		}
 		l.mu.Unlock()
 	}()
+	if reason, gone := l.sandboxGone(ctx); gone {
+		// The sandbox died before the run reached the supervisor:
+		// nothing of the command was journaled or started, so it may run
+		// on the next lease. Reported while the lease's credential still
+		// counts, before the lease is released as lost.
+		l.refuse(ctx, id)
+		l.lost(ctx, "the sandbox is gone: "+reason)
+		return
+	}
 	st, err := sup.Run(ctx, id, *cw.Spec)
 	if err != nil {
 		// The supervisor refused it (a bad cwd, say) or could not
@@ -321,6 +330,17 @@ func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSe
 		} else {
 			r.Exit = &exit
 		}
+		if r.Exit != nil && (exit.ExitCode != 0 || exit.Signal != "") {
+			// A command killed with its sandbox (its init died: the
+			// host's OOM killer, a crash) ends like one killed inside
+			// it; the provider tells them apart.
+			if reason, gone := l.sandboxGone(ctx); gone {
+				r.Exit.SandboxLost = true
+				l.end(ctx, id, r)
+				l.lost(ctx, "the sandbox is gone: "+reason)
+				return
+			}
+		}
 	default:
 		var st supervisor.FinalState
 		json.Unmarshal([]byte(term.Fields), &st)
@@ -375,6 +395,24 @@ func (l *lease) end(ctx context.Context, id string, r *runtime.Report) {
 		}
 	}
 	l.report(ctx, id, r)
+}
+
+// sandboxGone reports whether the lease's sandbox has ended, with the
+// provider's words: the provider can no longer reattach to it
+// (Provider.Recover says ENOTFOUND). Any other answer, or a lease without
+// a handle, counts as alive.
+func (l *lease) sandboxGone(ctx context.Context) (string, bool) {
+	l.mu.Lock()
+	name, handle := l.rec.Provider, l.rec.Handle
+	l.mu.Unlock()
+	prov := l.a.cfg.Providers[name]
+	if prov == nil || len(handle) == 0 {
+		return "", false
+	}
+	if _, err := prov.Recover(ctx, handle); bothy.ErrorCode(err) == bothy.ENOTFOUND {
+		return bothy.ErrorMessage(err), true
+	}
+	return "", false
 }
 
 // lost tears down a lease whose sandbox died, reporting it lost, so that

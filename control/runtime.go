@@ -657,6 +657,7 @@ func endState(r *runtime.Report) (string, bothy.CommandUpdate) {
 	code, use := r.Exit.ExitCode, r.Exit.Usage
 	u.ExitCode, u.Signal, u.DurationMS = &code, r.Exit.Signal, r.Exit.Duration.Milliseconds()
 	u.Usage, u.OOMKilled, u.PidsLimited, u.DiskLimited = &use, r.Exit.OOMKilled, r.Exit.PidsLimited, r.Exit.DiskLimited
+	u.SandboxLost = r.Exit.SandboxLost
 	switch {
 	case r.Exit.TimedOut:
 		return bothy.CommandTimedOut, u
