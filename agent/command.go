@@ -330,7 +330,12 @@ func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSe
 		} else {
 			r.Exit = &exit
 		}
-		if r.Exit != nil && (exit.ExitCode != 0 || exit.Signal != "") {
+		l.mu.Lock()
+		// Not once the agent tears the lease down itself (stop,
+		// abandon): then it is the agent that ends the sandbox.
+		ask := l.state == leaseReady || l.died
+		l.mu.Unlock()
+		if r.Exit != nil && (exit.ExitCode != 0 || exit.Signal != "") && ask {
 			// A command killed with its sandbox (its init died: the
 			// host's OOM killer, a crash) ends like one killed inside
 			// it; the provider tells them apart.
@@ -419,6 +424,7 @@ func (l *lease) sandboxGone(ctx context.Context) (string, bool) {
 // its commands settle and the next command starts a new lease.
 func (l *lease) lost(ctx context.Context, reason string) {
 	l.mu.Lock()
+	l.died = true
 	if l.state != leaseReady {
 		l.mu.Unlock()
 		return

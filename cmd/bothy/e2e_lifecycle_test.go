@@ -337,10 +337,9 @@ func TestE2E_SandboxDies(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The init is gone (or a zombie) before the next command is sent.
-	for range 2000 {
-		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", holder))
-		if f := strings.Fields(string(st[min(len(st), strings.LastIndexByte(string(st), ')')+1):])); err != nil || len(f) == 0 || f[0] == "Z" || f[0] == "X" {
-			break
+	for i := 0; !processEnded(holder); i++ {
+		if i == 2000 {
+			t.Fatalf("the sandbox's init %d outlives SIGKILL", holder)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -353,6 +352,17 @@ func TestE2E_SandboxDies(t *testing.T) {
 	}
 	destroyAll(t, a, data)
 	s.stop(t)
+}
+
+// processEnded reports whether process pid is gone or a zombie.
+func processEnded(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
 }
 
 // TestE2E_Exhaustion: a memory hog and a fork bomb are contained by their
