@@ -404,8 +404,10 @@ func (l *lease) end(ctx context.Context, id string, r *runtime.Report) {
 
 // sandboxGone reports whether the lease's sandbox has ended, with the
 // provider's words: the provider can no longer reattach to it
-// (Provider.Recover says ENOTFOUND). Any other answer, or a lease without
-// a handle, counts as alive.
+// (Provider.Recover says ENOTFOUND), twice in a row, and not because ctx
+// ended (a provider that asks a program, as gvisor's runsc, cannot tell
+// a failed question from a sandbox that is gone). Any other answer, or a
+// lease without a handle, counts as alive.
 func (l *lease) sandboxGone(ctx context.Context) (string, bool) {
 	l.mu.Lock()
 	name, handle := l.rec.Provider, l.rec.Handle
@@ -414,10 +416,15 @@ func (l *lease) sandboxGone(ctx context.Context) (string, bool) {
 	if prov == nil || len(handle) == 0 {
 		return "", false
 	}
-	if _, err := prov.Recover(ctx, handle); bothy.ErrorCode(err) == bothy.ENOTFOUND {
-		return bothy.ErrorMessage(err), true
+	var reason string
+	for range 2 {
+		_, err := prov.Recover(ctx, handle)
+		if bothy.ErrorCode(err) != bothy.ENOTFOUND || ctx.Err() != nil {
+			return "", false
+		}
+		reason = bothy.ErrorMessage(err)
 	}
-	return "", false
+	return reason, true
 }
 
 // lost tears down a lease whose sandbox died, reporting it lost, so that
