@@ -169,6 +169,10 @@ type Command struct {
 	// a run its provider could not start), or the control plane's (its
 	// environment values or stdin lost at a restart before dispatch).
 	Error string `json:"error,omitempty"`
+	// SandboxLost reports that the lease's sandbox died while the command
+	// ran (its init was killed: the host's OOM killer, a crash), which
+	// killed the command with it.
+	SandboxLost bool `json:"sandbox_lost,omitempty"`
 }
 
 // MaxCommandErrorLen bounds a command's stored Error; a longer reason is
@@ -333,6 +337,10 @@ type Exit struct {
 	// command's output: it was killed there, its output is incomplete,
 	// and it ends failed.
 	DiskFull bool `json:"disk_full,omitempty"`
+	// SandboxLost reports that the lease's sandbox had ended when the
+	// command did: the agent's word, not the supervisor's (see
+	// Command.SandboxLost).
+	SandboxLost bool `json:"sandbox_lost,omitempty"`
 }
 
 // CommandFilter selects commands of one tenant. Empty fields match all.
@@ -359,9 +367,9 @@ type CommandUpdate struct {
 	RevisionAfter int64
 	// Usage, if set, is stored as the command's usage.
 	Usage *Usage
-	// OOMKilled, PidsLimited, DiskLimited and DiskFull are recorded when
-	// true.
-	OOMKilled, PidsLimited, DiskLimited, DiskFull bool
+	// OOMKilled, PidsLimited, DiskLimited, DiskFull and SandboxLost are
+	// recorded when true.
+	OOMKilled, PidsLimited, DiskLimited, DiskFull, SandboxLost bool
 	// Error, if set, is stored as the command's Error (cut to
 	// MaxCommandErrorLen bytes).
 	Error string

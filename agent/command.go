@@ -106,6 +106,15 @@ func (l *lease) run(ctx context.Context, sup *supervisor.Client, cw *runtime.Com
 		}
 		l.mu.Unlock()
 	}()
+	if reason, gone := l.sandboxGone(ctx); gone {
+		// The sandbox died before the run reached the supervisor:
+		// nothing of the command was journaled or started, so it may run
+		// on the next lease. Reported while the lease's credential still
+		// counts, before the lease is released as lost.
+		l.refuse(ctx, id)
+		l.lost(ctx, "the sandbox is gone: "+reason)
+		return
+	}
 	st, err := sup.Run(ctx, id, *cw.Spec)
 	if err != nil {
 		// The supervisor refused it (a bad cwd, say) or could not
@@ -321,6 +330,22 @@ func (l *lease) finish(ctx context.Context, id string, term *bothy.Event, lastSe
 		} else {
 			r.Exit = &exit
 		}
+		l.mu.Lock()
+		// Not once the agent tears the lease down itself (stop,
+		// abandon): then it is the agent that ends the sandbox.
+		ask := l.state == leaseReady || l.died
+		l.mu.Unlock()
+		if r.Exit != nil && (exit.ExitCode != 0 || exit.Signal != "") && ask {
+			// A command killed with its sandbox (its init died: the
+			// host's OOM killer, a crash) ends like one killed inside
+			// it; the provider tells them apart.
+			if reason, gone := l.sandboxGone(ctx); gone {
+				r.Exit.SandboxLost = true
+				l.end(ctx, id, r)
+				l.lost(ctx, "the sandbox is gone: "+reason)
+				return
+			}
+		}
 	default:
 		var st supervisor.FinalState
 		json.Unmarshal([]byte(term.Fields), &st)
@@ -377,10 +402,36 @@ func (l *lease) end(ctx context.Context, id string, r *runtime.Report) {
 	l.report(ctx, id, r)
 }
 
+// sandboxGone reports whether the lease's sandbox has ended, with the
+// provider's words: the provider can no longer reattach to it
+// (Provider.Recover says ENOTFOUND), twice in a row, and not because ctx
+// ended (a provider that asks a program, as gvisor's runsc, cannot tell
+// a failed question from a sandbox that is gone). Any other answer, or a
+// lease without a handle, counts as alive.
+func (l *lease) sandboxGone(ctx context.Context) (string, bool) {
+	l.mu.Lock()
+	name, handle := l.rec.Provider, l.rec.Handle
+	l.mu.Unlock()
+	prov := l.a.cfg.Providers[name]
+	if prov == nil || len(handle) == 0 {
+		return "", false
+	}
+	var reason string
+	for range 2 {
+		_, err := prov.Recover(ctx, handle)
+		if bothy.ErrorCode(err) != bothy.ENOTFOUND || ctx.Err() != nil {
+			return "", false
+		}
+		reason = bothy.ErrorMessage(err)
+	}
+	return reason, true
+}
+
 // lost tears down a lease whose sandbox died, reporting it lost, so that
 // its commands settle and the next command starts a new lease.
 func (l *lease) lost(ctx context.Context, reason string) {
 	l.mu.Lock()
+	l.died = true
 	if l.state != leaseReady {
 		l.mu.Unlock()
 		return

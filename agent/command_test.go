@@ -28,14 +28,17 @@ type reportingControl struct {
 	neverSeen chan struct{}
 	release   chan struct{}
 
-	mu      sync.Mutex
-	reports []string
+	mu       sync.Mutex
+	reports  []string
+	full     []*runtime.Report
+	released chan *runtime.ReleaseRequest
 }
 
 func (c *reportingControl) Report(ctx context.Context, _, _ string, r *runtime.Report) error {
 	c.mu.Lock()
 	first := r.State == bothy.RunNeverSeen && !slices.Contains(c.reports, bothy.RunNeverSeen)
 	c.reports = append(c.reports, r.State)
+	c.full = append(c.full, r)
 	c.mu.Unlock()
 	if first {
 		c.neverSeen <- struct{}{}
@@ -50,6 +53,32 @@ func (c *reportingControl) Report(ctx context.Context, _, _ string, r *runtime.R
 
 func (c *reportingControl) AppendEvents(_ context.Context, _, _ string, events []bothy.Event) (*runtime.EventsResponse, error) {
 	return &runtime.EventsResponse{LastSeq: events[len(events)-1].Seq}, nil
+}
+
+func (c *reportingControl) Released(_ context.Context, _ string, req *runtime.ReleaseRequest) error {
+	select {
+	case c.released <- req:
+	default:
+	}
+	return nil
+}
+
+// waitLost waits until the lease is torn down, which only lost does
+// here (after the reports), bounded against hanging. (The teardown then
+// waits for the supervisor's process to end, and the supervisor serves in
+// this one: its release is not waited for.)
+func (c *reportingControl) waitLost(t *testing.T, l *lease) {
+	t.Helper()
+	for range 6000 {
+		l.mu.Lock()
+		state := l.state
+		l.mu.Unlock()
+		if state != leaseReady {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("the lease was never torn down; reports %v", c.sent())
 }
 
 func (c *reportingControl) sent() []string {
@@ -196,5 +225,87 @@ func TestLease_RunWhileBusy(t *testing.T) {
 				t.Fatalf("the supervisor says %s, want %s", st.State, wantState)
 			}
 		})
+	}
+}
+
+// dyingProvider is the process provider whose sandbox is gone (Recover
+// says ENOTFOUND) from its alive'th Recover on.
+type dyingProvider struct {
+	*process.Provider
+	mu    sync.Mutex
+	alive int
+}
+
+func (p *dyingProvider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHandle, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.alive <= 0 {
+		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease lse_1 has ended (its init 1 is gone)")
+	}
+	p.alive--
+	return p.Provider.Recover(ctx, handle)
+}
+
+// dyingLease is a ready lease of a dyingProvider alive for that many
+// Recovers.
+func dyingLease(t *testing.T, alive int) (*lease, *reportingControl) {
+	l, ctl := readyLease(t)
+	prov := process.New()
+	h, err := prov.Start(t.Context(), bothy.LeaseSpec{LeaseID: "lse_1", ComputerID: "cmp_1", Generation: 1, Workspace: filepath.Join(l.dir, "ws")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.rec.Provider, l.rec.Handle = process.Name, must(h.Encode())
+	l.a.cfg.Providers = map[string]bothy.Provider{process.Name: &dyingProvider{Provider: prov, alive: alive}}
+	ctl.released = make(chan *runtime.ReleaseRequest, 1)
+	l.a.gone = map[string]*tombstone{}
+	return l, ctl
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestLease_RunAfterSandboxDied: a run that arrives once the lease's
+// sandbox has ended never reaches the supervisor (nothing of it is
+// journaled, so nothing of it ran): it is reported never_seen, to run on
+// the next lease, and the lease is released as lost.
+func TestLease_RunAfterSandboxDied(t *testing.T) {
+	const id = "cmd_1"
+	l, ctl := dyingLease(t, 0)
+	close(ctl.release)
+	go func() {
+		for range ctl.neverSeen {
+		}
+	}()
+	l.update(t.Context(), &runtime.LeaseWork{LeaseID: "lse_1", Credential: "cred", Commands: []*runtime.CommandWork{
+		{CommandID: id, Action: runtime.ActRun, Spec: &bothy.RunSpec{Argv: []string{"true"}}}}})
+	ctl.waitLost(t, l)
+	// Had the supervisor been given the run, it would have run it (its
+	// provider's sandbox lives) and the lease would report it running.
+	if got := ctl.sent(); !slices.Equal(got, []string{bothy.RunNeverSeen}) {
+		t.Fatalf("reports %v, want [never_seen]", got)
+	}
+}
+
+// TestLease_SandboxDiesUnderCommand: a command killed because its
+// lease's sandbox died ends with sandbox_lost, and the lease is released
+// as lost.
+func TestLease_SandboxDiesUnderCommand(t *testing.T) {
+	const id = "cmd_1"
+	l, ctl := dyingLease(t, 1) // alive when the run arrives, gone at its end
+	l.update(t.Context(), &runtime.LeaseWork{LeaseID: "lse_1", Credential: "cred", Commands: []*runtime.CommandWork{
+		{CommandID: id, Action: runtime.ActRun, Spec: &bothy.RunSpec{Argv: []string{"sh", "-c", "kill -KILL $$"}}}}})
+	ctl.waitLost(t, l)
+	ctl.mu.Lock()
+	defer ctl.mu.Unlock()
+	if got := ctl.reports; !slices.Equal(got, []string{bothy.RunRunning, bothy.RunFinished}) {
+		t.Fatalf("reports %v, want [running finished]", got)
+	}
+	if e := ctl.full[1].Exit; e == nil || !e.SandboxLost || e.Signal == "" {
+		t.Fatalf("the end report's exit %+v, want sandbox_lost and a signal", e)
 	}
 }

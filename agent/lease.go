@@ -68,6 +68,7 @@ type lease struct {
 	work      *runtime.LeaseWork // the newest desired state, with a fresh credential
 	state     string
 	abandoned bool
+	died      bool // its sandbox died under it (lost)
 	ws        hostcache.Workspace
 	h         *bothy.SandboxHandle
 	sup       *supervisor.Client

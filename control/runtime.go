@@ -665,6 +665,7 @@ func endState(r *runtime.Report) (string, bothy.CommandUpdate) {
 	u.ExitCode, u.Signal, u.DurationMS = &code, r.Exit.Signal, r.Exit.Duration.Milliseconds()
 	u.Usage, u.OOMKilled, u.PidsLimited, u.DiskLimited = &use, r.Exit.OOMKilled, r.Exit.PidsLimited, r.Exit.DiskLimited
 	u.DiskFull = r.Exit.DiskFull
+	u.SandboxLost = r.Exit.SandboxLost
 	switch {
 	case r.Exit.DiskFull:
 		// Its output is incomplete: it did not complete, whatever it

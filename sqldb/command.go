@@ -54,6 +54,8 @@ func scanCommand(r scanner) (*bothy.Command, error) {
 			c.DiskLimited = true
 		case "disk_full":
 			c.DiskFull = true
+		case "sandbox_lost":
+			c.SandboxLost = true
 		}
 	}
 	c.IdempotencyKey, c.LeaseID, c.Generation = key.String, leaseID.String, gen.Int64
@@ -464,7 +466,7 @@ func staleGeneration(c *bothy.Command, generation int64) error {
 	return bothy.Errorf(bothy.ECONFLICT, "command %q is of generation %d, not %d", c.ID, c.Generation, generation)
 }
 
-// limitedList is the limited column for u's limit flags.
+// limitedList is the limited column for u's limit flags and SandboxLost.
 func limitedList(u bothy.CommandUpdate) string {
 	var l []string
 	if u.OOMKilled {
@@ -478,6 +480,10 @@ func limitedList(u bothy.CommandUpdate) string {
 	}
 	if u.DiskFull {
 		l = append(l, "disk_full")
+	}
+	if u.SandboxLost {
+		// Not a limit, but a flag of the end like them.
+		l = append(l, "sandbox_lost")
 	}
 	return strings.Join(l, ",")
 }

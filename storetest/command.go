@@ -134,10 +134,10 @@ func testCommands(t *testing.T, open opener) {
 		use := bothy.Usage{CPUMicros: 1500000, PeakMemoryBytes: 64 << 20, MemoryByteSeconds: 3 << 20, BytesWritten: 4096, NetworkBytes: 77}
 		code := 137
 		got := mustTransition(t, s, "acme", "cmd1", []string{bothy.CommandRunning}, bothy.CommandFailed, bothy.CommandUpdate{
-			Generation: 1, ExitCode: &code, DurationMS: 2500, Usage: &use, OOMKilled: true, DiskLimited: true})
+			Generation: 1, ExitCode: &code, DurationMS: 2500, Usage: &use, OOMKilled: true, DiskLimited: true, SandboxLost: true})
 		use.WallMillis = 2500
-		if got.Usage != use || !got.OOMKilled || got.PidsLimited || !got.DiskLimited {
-			t.Errorf("usage %+v limits %v %v %v, want %+v and oom, disk", got.Usage, got.OOMKilled, got.PidsLimited, got.DiskLimited, use)
+		if got.Usage != use || !got.OOMKilled || got.PidsLimited || !got.DiskLimited || !got.SandboxLost {
+			t.Errorf("usage %+v limits %v %v %v sandbox_lost %v, want %+v and oom, disk, sandbox_lost", got.Usage, got.OOMKilled, got.PidsLimited, got.DiskLimited, got.SandboxLost, use)
 		}
 		checkCommand(t, mustFindCommand(t, s, "acme", "cmd1"), got)
 
