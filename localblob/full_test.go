@@ -8,8 +8,6 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/testenv"
 )
@@ -18,16 +16,8 @@ import (
 // store is on: the error is EINSUFFICIENT with ENOSPC in its chain, no
 // temporary file is left, and a blob written before still reads.
 func TestStore_PutBlob_DiskFull(t *testing.T) {
-	testenv.Root(t, "mounts a tmpfs")
 	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", dir, err)
-		}
-	})
+	testenv.Tmpfs(t, dir, "size=1m")
 	s := MustOpen(t, dir)
 	if _, err := s.PutBlob(t.Context(), "small", bytes.NewReader([]byte("hi")), 2); err != nil {
 		t.Fatal(err)

@@ -39,14 +39,7 @@ func (zeros) Read(p []byte) (int, error) {
 func TestServer_DiskFull(t *testing.T) {
 	testenv.Root(t, "mounts a tmpfs")
 	data := t.TempDir()
-	if err := unix.Mount("tmpfs", data, "tmpfs", 0, "size=16m"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(data, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", data, err)
-		}
-	})
+	testenv.Tmpfs(t, data, "size=16m")
 	ctx := t.Context()
 	store, err := sqlite.Open(ctx, filepath.Join(data, "bothy.db"))
 	if err != nil {

@@ -117,14 +117,7 @@ func TestRunPath_LeaseDiskFull_Output(t *testing.T) {
 func startTmpfsRunPath(t *testing.T, size string) *runPath {
 	t.Helper()
 	data := t.TempDir()
-	if err := unix.Mount("tmpfs", data, "tmpfs", 0, "size="+size); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(data, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", data, err)
-		}
-	})
+	testenv.Tmpfs(t, data, "size="+size)
 	meta := t.TempDir()
 	e := &runPath{dir: data, stop: func() {}}
 	var err error

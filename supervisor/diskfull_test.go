@@ -31,15 +31,9 @@ func TestJournal_DiskFull(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := unix.Mount("tmpfs", l.sup, "tmpfs", 0, "size=8m,mode=0700"); err != nil {
-		t.Fatalf("mount tmpfs: %v", err)
-	}
-	// Registered before spawn: it runs after the supervisor is stopped.
-	t.Cleanup(func() {
-		if err := unix.Unmount(l.sup, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmount %s: %v", l.sup, err)
-		}
-	})
+	// Mounted before spawn: the unmount runs after the supervisor is
+	// stopped.
+	testenv.Tmpfs(t, l.sup, "size=8m,mode=0700")
 	h, err := process.New().Start(context.Background(), bothy.LeaseSpec{LeaseID: "lease1", ComputerID: "comp1", Generation: 1, Workspace: l.ws})
 	if err != nil {
 		t.Fatal(err)
