@@ -2,6 +2,7 @@ package bothy_test
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/bothyhq/bothy"
@@ -60,6 +61,38 @@ func TestAdmitRun(t *testing.T) {
 	}
 	if got := bothy.ScratchBytes(&bothy.Computer{}, 100); got != 100 {
 		t.Errorf("scratch %d, want 100", got)
+	}
+}
+
+func TestAllowPrivateLoopback(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                             "",
+		"192.168.0.0/16,10.1.0.0/16":   "",
+		"127.0.0.0/8":                  "127.0.0.0/8",
+		"127.0.0.5/32,192.168.0.0/16":  "127.0.0.5/32",
+		"0.0.0.0/8":                    "0.0.0.0/8",
+		"0.0.0.0/32":                   "0.0.0.0/32",
+		"::1/128,fd00::/8":             "::1/128",
+		"::/0":                         "::/0",
+		"::ffff:127.0.0.0/104":         "::ffff:127.0.0.0/104",
+		"::ffff:0.0.0.0/96":            "::ffff:0.0.0.0/96",
+		"128.0.0.0/1,fd00::/8,::2/128": "",
+	} {
+		var prefixes []string
+		if in != "" {
+			prefixes = strings.Split(in, ",")
+		}
+		allow, err := bothy.ParseAllowPrivate(prefixes)
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		var got []string
+		for _, p := range bothy.AllowPrivateLoopback(allow) {
+			got = append(got, p.String())
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("%q: loopback prefixes %q, want %q", in, got, want)
+		}
 	}
 }
 

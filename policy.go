@@ -79,6 +79,29 @@ func ParseAllowPrivate(prefixes []string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
+// Addresses through which a connection reaches this host's loopback: the
+// loopback ranges, also IPv4-mapped, and the unspecified addresses, which
+// the kernel sends to loopback.
+var reachLoopback = []netip.Prefix{
+	netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::ffff:127.0.0.0/104"), netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("0.0.0.0/32"), netip.MustParsePrefix("::/128"), netip.MustParsePrefix("::ffff:0.0.0.0/128"),
+}
+
+// AllowPrivateLoopback returns the prefixes of allow (ParseAllowPrivate)
+// that admit a loopback address of this host or the unspecified address,
+// through which a sandbox's broker reaches every service listening on the
+// host's loopback; the broker still denies bothy's own listeners. `bothy
+// serve` and `bothy agent` warn at start when it returns any.
+func AllowPrivateLoopback(allow []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range allow {
+		if slices.ContainsFunc(reachLoopback, p.Overlaps) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // ProfileNames returns the profiles, sorted.
 func (p *Policy) ProfileNames() []string {
 	names := make([]string, 0, len(p.Profiles))

@@ -15,7 +15,8 @@
 //     resolves the name itself and checks every resolved address: loopback,
 //     private, link-local, CGNAT, multicast and reserved addresses and the
 //     addresses of this host are refused unless an operator admitted them
-//     with AllowPrivate, and the cloud metadata address is always refused.
+//     with AllowPrivate, and the cloud metadata address and bothy's own
+//     listeners (OwnListeners) are always refused.
 //     It then dials the address it checked, never the name, so a second DNS
 //     answer (rebinding) cannot redirect the connection.
 //
@@ -74,6 +75,14 @@ type BrokerOptions struct {
 	// nil means DefaultPool): always denied, whatever AllowPrivate says,
 	// so that no lease reaches another lease's sandbox through its broker.
 	LeasePools []netip.Prefix
+	// OwnListeners are the addresses bothy itself listens on (`bothy
+	// serve`'s API, which also carries the runtime protocol): always
+	// denied on their port, whatever AllowPrivate says, so that an
+	// AllowPrivate covering loopback (for a development service on the
+	// host) does not let a sandbox reach bothy's API. An unspecified
+	// address (0.0.0.0, ::) stands for every address of this host:
+	// loopback, the unspecified address and the host's own addresses.
+	OwnListeners []netip.AddrPort
 	// Logger receives denials (Info) and relay failures; nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -117,6 +126,10 @@ func NewBroker(opt BrokerOptions) *Broker {
 	}
 	if len(b.opt.LeasePools) == 0 {
 		b.opt.LeasePools = []netip.Prefix{DefaultPool}
+	}
+	b.opt.OwnListeners = make([]netip.AddrPort, len(opt.OwnListeners))
+	for i, l := range opt.OwnListeners {
+		b.opt.OwnListeners[i] = netip.AddrPortFrom(l.Addr().Unmap(), l.Port())
 	}
 	b.opt.AllowPrivate = append([]netip.Prefix(nil), opt.AllowPrivate...)
 	for i, p := range b.opt.AllowPrivate {

@@ -335,6 +335,55 @@ func TestBroker_Serve_Denied(t *testing.T) {
 			wantDenied(t, status, body, 403, "an address of the lease networks")
 		}
 	})
+	t.Run("OwnListeners", func(t *testing.T) {
+		// An operator's AllowPrivate that covers loopback (for a dev
+		// service on the host) does not open bothy's own API: api stands
+		// for it, registered as the server's own listener, while origin,
+		// another loopback listener, stays reachable.
+		api := echoServer(t)
+		all := []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")}
+		env := startBroker(t, egress.BrokerOptions{AllowPrivate: loopback, OwnListeners: []netip.AddrPort{api}},
+			bothy.EgressPolicy{Mode: bothy.EgressAll})
+		env.res.set("api.test", "127.0.0.1")
+		const why = "an address bothy itself listens on (its API and runtime protocol)"
+		_, status, body := connect(t, env.proxy, api.String())
+		wantDenied(t, status, body, 403, "denied "+api.String()+": it is "+why)
+		for _, dest := range []string{api.String(), fmt.Sprintf("api.test:%d", api.Port()), fmt.Sprintf("[::ffff:127.0.0.1]:%d", api.Port())} {
+			_, status, body := connect(t, env.proxy, dest)
+			wantDenied(t, status, body, 403, why)
+		}
+		status, body = get(t, env.proxy, http.MethodGet, "http://"+api.String()+"/", nil)
+		wantDenied(t, status, body, 403, why)
+		c, status, body := connect(t, env.proxy, origin.String())
+		if status != 200 {
+			t.Fatalf("CONNECT to another loopback listener: %d %q", status, body)
+		}
+		echo(t, c, []byte("still reachable"))
+		c.Close()
+		// A listener on every address (0.0.0.0 or ::) is reached through
+		// every loopback address and the unspecified one: all denied, on
+		// its port only.
+		env = startBroker(t, egress.BrokerOptions{AllowPrivate: all, OwnListeners: []netip.AddrPort{netip.AddrPortFrom(netip.IPv4Unspecified(), api.Port())}},
+			bothy.EgressPolicy{Mode: bothy.EgressAll})
+		for _, host := range []string{"127.0.0.1", "127.0.0.2", "[::1]", "0.0.0.0", "[::]"} {
+			dest := fmt.Sprintf("%s:%d", host, api.Port())
+			_, status, body := connect(t, env.proxy, dest)
+			wantDenied(t, status, body, 403, why)
+		}
+		c, status, body = connect(t, env.proxy, origin.String())
+		if status != 200 {
+			t.Fatalf("CONNECT to another port of loopback: %d %q", status, body)
+		}
+		echo(t, c, []byte("still reachable"))
+		c.Close()
+		// A listener on one address is denied on that address: the
+		// unspecified destination, which the kernel sends to loopback,
+		// counts as it.
+		env = startBroker(t, egress.BrokerOptions{AllowPrivate: all, OwnListeners: []netip.AddrPort{api}},
+			bothy.EgressPolicy{Mode: bothy.EgressAll})
+		_, status, body = connect(t, env.proxy, fmt.Sprintf("0.0.0.0:%d", api.Port()))
+		wantDenied(t, status, body, 403, why)
+	})
 	t.Run("AddressClasses", func(t *testing.T) {
 		env := startBroker(t, egress.BrokerOptions{}, bothy.EgressPolicy{Mode: bothy.EgressAll})
 		for dest, why := range map[string]string{

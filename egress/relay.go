@@ -36,7 +36,7 @@ func (l *lease) dial(ctx context.Context, t target) (net.Conn, int, string) {
 	for i, a := range addrs {
 		a = a.Unmap()
 		addrs[i] = a
-		if reason := l.b.checkAddr(a); reason != "" {
+		if reason := l.b.checkAddr(a, t.port); reason != "" {
 			if t.ip.IsValid() {
 				return nil, http.StatusForbidden, "it is " + reason
 			}
@@ -66,10 +66,12 @@ func (l *lease) dial(ctx context.Context, t target) (net.Conn, int, string) {
 	return nil, http.StatusBadGateway, fmt.Sprintf("cannot connect: %v", err)
 }
 
-// checkAddr returns "" when a may be dialed, else why not.
-func (b *Broker) checkAddr(a netip.Addr) string {
+// checkAddr returns "" when port on a may be dialed, else why not.
+func (b *Broker) checkAddr(a netip.Addr, port uint16) string {
 	if isMetadata(a) {
 		return "the cloud metadata address"
+	} else if b.own(a, port) {
+		return "an address bothy itself listens on (its API and runtime protocol)"
 	} else if !a.IsLoopback() && b.local.has(a) {
 		return "an address of this host"
 	}
@@ -84,6 +86,24 @@ func (b *Broker) checkAddr(a netip.Addr) string {
 		}
 	}
 	return addrClass(a)
+}
+
+// own reports whether port on a reaches one of OwnListeners. Connecting
+// to the unspecified address reaches this host's loopback, so it counts
+// as a loopback address here.
+func (b *Broker) own(a netip.Addr, port uint16) bool {
+	for _, l := range b.opt.OwnListeners {
+		switch la := l.Addr(); {
+		case l.Port() != port:
+		case la == a:
+			return true
+		case la.IsUnspecified() && (a.IsLoopback() || a.IsUnspecified() || b.local.has(a)):
+			return true
+		case la.IsLoopback() && a.IsUnspecified():
+			return true
+		}
+	}
+	return false
 }
 
 // tunnel answers a CONNECT with 200 and relays bytes both ways until both

@@ -14,10 +14,13 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -63,6 +66,10 @@ type Config struct {
 	ReceiptKey ed25519.PrivateKey
 	// Version names the build in receipts' image digests.
 	Version string
+	// Listeners are the addresses the server's HTTP listener (the API and
+	// the runtime protocol) is bound to; the in-process agent's egress
+	// broker always denies them (egress.BrokerOptions.OwnListeners).
+	Listeners []netip.AddrPort
 	// Control configures the control plane; Profiles, AgentToken,
 	// Receipts, Version and Logger are set from the fields above.
 	Control control.Config
@@ -166,7 +173,7 @@ func (s *Server) newAgent(url string) (*agent.Agent, error) {
 	}
 	return NewAgent(AgentConfig{Data: s.cfg.Data, ID: s.cfg.AgentID, URL: url, Token: s.cfg.AgentToken, Blobs: s.cfg.Blobs,
 		Providers: s.cfg.Providers, Supervisor: s.cfg.SupervisorCommand, Workspace: s.cfg.Workspace,
-		EgressAllowPrivate: allow, Logger: s.cfg.Logger})
+		EgressAllowPrivate: allow, OwnListeners: s.cfg.Listeners, Logger: s.cfg.Logger})
 }
 
 // AgentConfig configures NewAgent.
@@ -185,7 +192,11 @@ type AgentConfig struct {
 	// EgressAllowPrivate lists the CIDR prefixes the egress broker may
 	// reach although private (bothy.Policy).
 	EgressAllowPrivate []string
-	Logger             *slog.Logger
+	// OwnListeners are addresses bothy listens on that the egress broker
+	// always denies; the control plane's URL, when its host is an IP
+	// address or localhost, is added to them.
+	OwnListeners []netip.AddrPort
+	Logger       *slog.Logger
 }
 
 // NewAgent returns an agent that keeps its leases in DATA/agent and its
@@ -205,17 +216,47 @@ func NewAgent(cfg AgentConfig) (*agent.Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	var eg *agent.Egress
 	if why := egress.Unavailable(); why != "" {
 		cfg.Logger.Warn("no egress broker: computers whose egress is not none cannot start on this agent", "reason", why)
 	} else {
-		eg = &agent.Egress{Broker: egress.NewBroker(egress.BrokerOptions{AllowPrivate: allow, Logger: cfg.Logger})}
+		if lo := bothy.AllowPrivateLoopback(allow); len(lo) > 0 {
+			cfg.Logger.Warn("egress_allow_private admits loopback: sandboxes may reach every service listening on this host's loopback (bothy's own listeners stay denied)", "prefixes", lo)
+		}
+		own := append(slices.Clone(cfg.OwnListeners), urlListeners(cfg.URL)...)
+		eg = &agent.Egress{Broker: egress.NewBroker(egress.BrokerOptions{AllowPrivate: allow, OwnListeners: own, Logger: cfg.Logger})}
 	}
 	return agent.New(agent.Config{
 		ID: cfg.ID, Dir: filepath.Join(cfg.Data, "agent"), Control: runtime.NewClient(cfg.URL), Token: cfg.Token,
 		Providers: provs, Blobs: cfg.Blobs, Cache: cache, Workspace: cfg.Workspace, SupervisorCommand: cfg.Supervisor,
 		Egress: eg, Logger: cfg.Logger,
 	})
+}
+
+// urlListeners returns the address and port of a URL whose host is an IP
+// address or localhost (both loopback addresses), else none.
+func urlListeners(s string) []netip.AddrPort {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil
+	}
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+		return []netip.AddrPort{netip.AddrPortFrom(a.Unmap(), uint16(n))}
+	} else if strings.EqualFold(u.Hostname(), "localhost") {
+		return []netip.AddrPort{netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(n)), netip.AddrPortFrom(netip.IPv6Loopback(), uint16(n))}
+	}
+	return nil
 }
 
 // SupervisorProgram is the supervisor's own program (cmd/bothy-supervisor),

@@ -156,3 +156,42 @@ func hostAddress(t *testing.T) string {
 	t.Fatal("the host has no IPv4 address besides loopback")
 	return ""
 }
+
+// TestE2E_Egress_OwnListener runs the real server with
+// --egress-allow-private 127.0.0.0/8, as an operator would to let
+// sandboxes reach a development service on the host: that service answers
+// through the broker, bothy's own API (which also carries the runtime
+// protocol) does not, by plain HTTP or CONNECT, and serve warns at start.
+func TestE2E_Egress_OwnListener(t *testing.T) {
+	needSandbox(t)
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl is needed inside the sandbox (scripts/sandbox-deps installs it)")
+	}
+	dev := origin(t, "127.0.0.1:0", "dev service")
+	data, s, a := serveAPI(t, "--egress-allow-private", "127.0.0.0/8")
+	api := strings.TrimPrefix(s.url, "http://")
+	c := a.createWith(bhttp.CreateComputerRequest{Label: "all", Egress: bothy.EgressPolicy{Mode: bothy.EgressAll}})
+	for _, tc := range []struct{ flags, url, want string }{
+		{"", "http://" + dev + "/", "dev service"},
+		{"--proxytunnel", "http://" + dev + "/", "dev service"},
+		{"", s.url + "/healthz", "status=403"},
+		{"--proxytunnel", s.url + "/healthz", "403"},
+		{"", s.url + "/runtime/v1/poll", "status=403"},
+	} {
+		// --noproxy '' sends even loopback through the proxy.
+		cmd := a.run(c.ID, bothy.RunRequest{Script: "curl -sS -m 10 --noproxy '' " + tc.flags + " -w ' status=%{http_code}' " + tc.url + "; true",
+			TimeoutMS: 30000, Wait: true})
+		out := output(a.events(cmd.ID, 0, nil)) + stderr(a.events(cmd.ID, 0, nil))
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("curl %s %s through the broker: want %q, got:\n%s", tc.flags, tc.url, tc.want, out)
+		}
+		if tc.want != "dev service" && (strings.Contains(out, "status=200") || tc.flags == "" && !strings.Contains(out, "bothy egress: denied "+api+": it is an address bothy itself listens on")) {
+			t.Errorf("curl %s %s reached bothy's own listener or without the broker's reason:\n%s", tc.flags, tc.url, out)
+		}
+	}
+	destroyAll(t, a, data)
+	s.stop(t)
+	if !strings.Contains(s.stderr.String(), "egress_allow_private admits loopback") || !strings.Contains(s.stderr.String(), "prefixes=[127.0.0.0/8]") {
+		t.Errorf("serve did not warn that egress_allow_private admits loopback; stderr:\n%s", s.stderr)
+	}
+}

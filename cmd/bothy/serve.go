@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	nethttp "net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -46,7 +47,7 @@ func runServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := o.newServer(e, key)
+	s, err := o.newServer(e, key, ln.Addr())
 	if err != nil {
 		ln.Close()
 		return err
@@ -116,15 +117,16 @@ func (o *serveOptions) listen(ctx context.Context, e *env) (net.Listener, string
 }
 
 // newServer assembles the server: control plane, API and, unless
-// --no-agent, the in-process agent with this host's providers.
-func (o *serveOptions) newServer(e *env, key ed25519.PrivateKey) (*bserver.Server, error) {
+// --no-agent, the in-process agent with this host's providers, whose
+// egress broker denies addr, where the API listens.
+func (o *serveOptions) newServer(e *env, key ed25519.PrivateKey, addr net.Addr) (*bserver.Server, error) {
 	agentToken, err := readOrCreateSecret(filepath.Join(o.cfg.data, "agent.token"))
 	if err != nil {
 		return nil, err
 	}
 	sc := bserver.Config{
 		Data: o.cfg.data, Store: e.store, Blobs: e.blobs, Policy: o.policy, AgentToken: agentToken, Logger: o.log,
-		ReceiptKey: key, Version: buildVersion(),
+		ReceiptKey: key, Version: buildVersion(), Listeners: ownListeners(addr),
 		Control: control.Config{IdleTimeout: o.rc.idle, MaxLifetime: o.rc.lifetime, Fault: faultHook,
 			Secrets: secretfile.NewStore(filepath.Join(o.cfg.data, "secrets"))},
 	}
@@ -230,6 +232,21 @@ func writeSecret(path, secret string) error {
 		return fmt.Errorf("write admin token: %w", err)
 	}
 	return nil
+}
+
+// ownListeners returns the address and port a TCP listener is bound to
+// (an unspecified address stands for every address of the host), for the
+// egress broker to deny.
+func ownListeners(a net.Addr) []netip.AddrPort {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return nil
+	}
+	ap := tcp.AddrPort()
+	if !ap.Addr().IsValid() {
+		return []netip.AddrPort{netip.AddrPortFrom(netip.IPv6Unspecified(), ap.Port())}
+	}
+	return []netip.AddrPort{netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())}
 }
 
 // displayAddr returns a dialable form of a listening address: an
