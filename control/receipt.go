@@ -16,7 +16,8 @@ var _ bothy.ReceiptIssuer = (*Controller)(nil)
 //
 // total, if set, is what the lease's sandbox consumed in all, as its
 // runtime reported with the release: the computer is charged what its
-// commands were not (chargeUnattributed).
+// commands were not (chargeUnattributed), and the receipt states what the
+// computer was charged for the lease, its commands' usage and that.
 func (c *Controller) recordRelease(ctx context.Context, tenantID, leaseID string, total *bothy.Usage) {
 	l, err := c.store.FindLease(ctx, tenantID, leaseID)
 	var use bothy.Usage
@@ -24,7 +25,7 @@ func (c *Controller) recordRelease(ctx context.Context, tenantID, leaseID string
 		use, err = c.leaseUsage(ctx, l)
 	}
 	if err == nil && total != nil {
-		c.chargeUnattributed(ctx, l, use, *total)
+		use.Add(c.chargeUnattributed(ctx, l, use, *total))
 	}
 	if err == nil {
 		_, err = c.issueLease(ctx, l, &use)
@@ -101,8 +102,8 @@ func (c *Controller) issueCommand(ctx context.Context, cmd *bothy.Command) (*bot
 	return c.save(ctx, b)
 }
 
-// issueLease signs and stores the receipt of a released lease; use is the
-// total of its commands' usage, or nil to read it.
+// issueLease signs and stores the receipt of a released lease; use is what
+// the computer was charged for it, or nil to read its commands' usage.
 func (c *Controller) issueLease(ctx context.Context, l *bothy.Lease, use *bothy.Usage) (*bothy.Receipt, error) {
 	comp, err := c.store.FindComputer(ctx, l.TenantID, l.ComputerID)
 	if err != nil {

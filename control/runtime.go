@@ -430,19 +430,21 @@ func (c *Controller) Released(ctx context.Context, cred string, req *runtime.Rel
 // chargeUnattributed charges the computer with what its lease's sandbox
 // consumed beyond its commands' usage: processes that outlived their
 // command, which no command's usage shows, and would otherwise escape the
-// CPU budget.
-func (c *Controller) chargeUnattributed(ctx context.Context, l *bothy.Lease, charged, total bothy.Usage) {
+// CPU budget. It returns what it charged: nothing if there was nothing
+// beyond, or if the charge failed.
+func (c *Controller) chargeUnattributed(ctx context.Context, l *bothy.Lease, charged, total bothy.Usage) bothy.Usage {
 	tenantID, computerID, leaseID := l.TenantID, l.ComputerID, l.ID
 	extra := bothy.Usage{CPUMicros: total.CPUMicros - charged.CPUMicros, PeakMemoryBytes: total.PeakMemoryBytes}
 	if extra.CPUMicros <= 0 && extra.PeakMemoryBytes <= charged.PeakMemoryBytes {
-		return
+		return bothy.Usage{}
 	}
 	extra.CPUMicros = max(0, extra.CPUMicros)
 	if err := c.store.AddComputerUsage(ctx, tenantID, computerID, extra); err != nil {
 		c.log.Warn("charge the lease's unattributed usage", "lease", leaseID, "err", err)
-		return
+		return bothy.Usage{}
 	}
 	c.log.Info("lease usage beyond its commands'", "lease", leaseID, "cpu_us", extra.CPUMicros)
+	return extra
 }
 
 // afterRelease settles what a released lease leaves: its unfinished
