@@ -45,13 +45,14 @@
 //     same seccomp filter before it forks the command: a command is no
 //     child of the sandbox's pid 1, so it would not inherit its filter.
 //     Before the filter it closes every descriptor but standard input,
-//     output and error, the environment's pipe and the command's secret
+//     output and error, the environment's socket and the command's secret
 //     files.
 //     After exec it has no capabilities; its bounding set is full but
 //     bound to the sandbox's user namespace, and no_new_privs keeps file
 //     capabilities and set-uid programs from filling the others. A bash
-//     wrapper reads the environment from a pipe and changes to the
-//     working directory before it execs the command. A command killed by
+//     wrapper reads the environment from a socket and changes to the
+//     working directory before it execs the command; one it cannot enter
+//     it reports on that socket, and Exec returns EINVALIDPATH. A command killed by
 //     SIGXFSZ (or a script that exits 128+SIGXFSZ) is DiskLimited.
 //
 // So processes that a command leaves in the background, its /tmp and its

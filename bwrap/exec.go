@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -108,11 +110,31 @@ const (
 )
 
 // wrapper runs in the sandbox as the lease's uid: it sets the environment
-// from envFD and closes it, changes to the working directory ($1) and
+// from envFD, changes to the working directory ($1), closes envFD and
 // execs the command, which then has standard input, output and error and
-// its secret files only. Exit status 126 means the working directory
-// could not be entered.
-const wrapper = `while IFS= read -r -d '' kv; do export "$kv"; done <&3; unset OLDPWD; exec 3<&-; cd -- "$1" || exit 126; shift; exec "$@"`
+// its secret files only. envFD is a socket: if the working directory
+// cannot be entered, the wrapper writes why on it ("missing", "notdir" or
+// "denied") and exits 126, and Exec returns an error rather than the exit
+// status, which is the command's own when the wrapper writes nothing.
+const wrapper = `while IFS= read -r -d '' kv; do export "$kv"; done <&3; unset OLDPWD; ` +
+	`if ! cd -- "$1" 2>/dev/null; then if [ -d "$1" ]; then r=denied; elif [ -e "$1" ]; then r=notdir; else r=missing; fi; printf %s "$r" >&3; exit 126; fi; ` +
+	`exec 3<&-; shift; exec "$@"`
+
+// cwdError returns the error of Exec for what the wrapper wrote on envFD,
+// or nil if it wrote nothing: the command ran.
+func cwdError(cwd string, why []byte) error {
+	switch string(why) {
+	case "":
+		return nil
+	case "missing":
+		return bothy.Errorf(bothy.EINVALIDPATH, "working directory %q does not exist", cwd)
+	case "notdir":
+		return bothy.Errorf(bothy.EINVALIDPATH, "working directory %q is not a directory", cwd)
+	case "denied":
+		return bothy.Errorf(bothy.EINVALIDPATH, "working directory %q cannot be entered by the lease's user", cwd)
+	}
+	return fmt.Errorf("working directory %q: the wrapper reported %q", cwd, why)
+}
 
 // Exec enters the lease's sandbox with enterProgram, in cgroups of its
 // own, as the lease's uid, under Landlock and the seccomp filter. If the
@@ -165,14 +187,15 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		return nil, err
 	}
 	defer sandbox.CloseAll(files)
-	envR, envW, err := os.Pipe()
+	envR, envConn, err := envSocket()
 	if err != nil {
-		return nil, fmt.Errorf("pipe: %w", err)
+		return nil, err
 	}
 	defer envR.Close()
+	defer envConn.Close()
 	go func() {
-		envW.Write(envPairs(h.Env, spec.Env, fileEnv))
-		envW.Close()
+		envConn.Write(envPairs(h.Env, spec.Env, fileEnv))
+		envConn.CloseWrite()
 	}()
 
 	cmd := sandbox.Command(context.Background(), "/usr/bin/perl", p.argv(h, st, cg, cwd, spec, firstFile, firstFile+len(files))...)
@@ -189,6 +212,16 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		Memory:        cg.memory,
 		FileSizeLimit: fsize > 0,
 	})
+	// Every other holder of envFD has exited by now (the wrapper closes
+	// it before the command starts): what it wrote is buffered, and the
+	// read ends at once; the deadline only bounds it against a hang.
+	envR.Close()
+	envConn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	why, _ := io.ReadAll(io.LimitReader(envConn, 64))
+	if cerr := cwdError(spec.Cwd, why); cerr != nil && err == nil {
+		res, err = nil, cerr
+		return nil, err
+	}
 	if res != nil {
 		res.Usage.CPUMicros = cg.cpuMicros()
 		res.Usage.PeakMemoryBytes = max(res.Usage.PeakMemoryBytes, cg.peakMemory())
@@ -197,6 +230,24 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 		sandbox.MarkKilled(res)
 	}
 	return res, err
+}
+
+// envSocket returns the two ends of a Unix socket pair: the command's
+// (envFD) and Exec's, which writes the environment and reads what the
+// wrapper reports.
+func envSocket() (*os.File, *net.UnixConn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	ours := os.NewFile(uintptr(fds[1]), "env")
+	defer ours.Close()
+	conn, err := net.FileConn(ours)
+	if err != nil {
+		syscall.Close(fds[0])
+		return nil, nil, fmt.Errorf("env socket: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "env"), conn.(*net.UnixConn), nil
 }
 
 // argv returns the arguments of perl: enterProgram and its arguments,

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/bothyhq/bothy"
 	"github.com/bothyhq/bothy/cgroupfs"
 	"github.com/bothyhq/bothy/sandbox"
@@ -91,6 +93,9 @@ func (p *Provider) Exec(ctx context.Context, h *bothy.SandboxHandle, spec bothy.
 	}
 	if !sandbox.Exists(st.Dir) || !sandbox.Exists(p.netns(st)) {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is not running", h.LeaseID)
+	}
+	if err := checkCwd(h.Workspace, spec.Cwd, cwd); err != nil {
+		return nil, err
 	}
 	tag := newTag()
 	proc := ociProcess{
@@ -291,4 +296,36 @@ func (p *Provider) LeaseUsage(ctx context.Context, h *bothy.SandboxHandle) (both
 		CPUMicros:       cgroupfs.CPUNanos(p.cgroupDir("cpuacct", st)) / 1000,
 		PeakMemoryBytes: cgroupfs.MemoryPeak(p.cgroupDir("memory", st)),
 	}, nil
+}
+
+// checkCwd returns EINVALIDPATH if the working directory rel (cleaned,
+// relative to the workspace) does not exist or is not a directory in the
+// workspace, which runsc would report only as an exit status of its own,
+// or not at all. It resolves rel on the host beneath the workspace only
+// (RESOLVE_BENEATH: no "..", no absolute symlink, no magic link leads out
+// of it) and opens nothing but an O_PATH descriptor; a path it cannot
+// resolve so (EXDEV, ELOOP, ...) it leaves to the sandbox, which resolves
+// the directory in its own mount namespace.
+func checkCwd(workspace, cwd, rel string) error {
+	if rel == "" || rel == "." {
+		return nil
+	}
+	root, err := unix.Open(workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(root)
+	fd, err := unix.Openat2(root, rel, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	switch err {
+	case nil:
+		unix.Close(fd)
+	case unix.ENOENT:
+		return bothy.Errorf(bothy.EINVALIDPATH, "working directory %q does not exist", cwd)
+	case unix.ENOTDIR:
+		return bothy.Errorf(bothy.EINVALIDPATH, "working directory %q is not a directory", cwd)
+	}
+	return nil
 }

@@ -178,6 +178,22 @@ func testWorkspace(t *testing.T, newProvider func(t *testing.T) bothy.Provider) 
 			}
 		}
 	})
+	t.Run("MissingCwd", func(t *testing.T) {
+		// A working directory that does not exist, or is not a
+		// directory, is an error of the run, not an exit status of the
+		// command.
+		for _, cwd := range []string{"no/such/dir", "sub/given.txt"} {
+			res, err := p.Exec(context.Background(), h, bothy.ExecSpec{Argv: []string{"pwd"}, Cwd: cwd, Timeout: 10 * time.Second})
+			if code := bothy.ErrorCode(err); code != bothy.EINVALIDPATH {
+				t.Errorf("cwd %q: result %+v, error %v (code %q), want %s", cwd, res, err, code, bothy.EINVALIDPATH)
+			}
+		}
+		res, out, _ := Exec(t, p, h, bothy.ExecSpec{Script: "basename \"$PWD\"", Cwd: "sub"})
+		wantExit(t, res, 0)
+		if out != "sub\n" {
+			t.Fatalf("after a missing cwd: stdout %q", out)
+		}
+	})
 	t.Run("WritesAppearOnHost", func(t *testing.T) {
 		res, _, errOut := Exec(t, p, h, bothy.ExecSpec{Script: "echo data > out.txt && mkdir -p made/inner && printf x > made/inner/f && echo more >> sub/given.txt"})
 		wantExit(t, res, 0)

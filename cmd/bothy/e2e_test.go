@@ -390,3 +390,21 @@ func TestE2E_AgentCrash(t *testing.T) {
 	destroyAll(t, a, agentData)
 	s.stop(t)
 }
+
+// TestE2E_MissingCwdFails runs a command in a working directory that does
+// not exist under bwrap: it fails with an error that says so, runs
+// nothing, and the computer runs the next command.
+func TestE2E_MissingCwdFails(t *testing.T) {
+	needSandbox(t)
+	data, _, a := serveAPI(t)
+	c := a.create("cwd")
+	cmd := a.run(c.ID, bothy.RunRequest{Script: "echo ran > /workspace/ran.txt", Cwd: "no/such/dir", Wait: true})
+	if cmd.State != bothy.CommandFailed || !strings.Contains(cmd.Error, `"no/such/dir" does not exist`) {
+		t.Fatalf("command: state %s, error %q, exit %v; want failed, the directory does not exist", cmd.State, cmd.Error, cmd.ExitCode)
+	}
+	next := a.run(c.ID, bothy.RunRequest{Script: "ls /workspace; pwd", Wait: true})
+	if got := output(a.events(next.ID, 0, nil)); next.State != bothy.CommandCompleted || got != "/workspace\n" {
+		t.Fatalf("next command: %s %q", next.State, got)
+	}
+	destroyAll(t, a, data)
+}

@@ -74,6 +74,7 @@ func startServe(t *testing.T, data string) *server {
 // variables and arguments.
 func startServeWith(t *testing.T, data string, env []string, args ...string) *server {
 	t.Helper()
+	cleanupOnFailure(t, data)
 	cmd := bothyCmd(t, append([]string{"serve", "--data", data, "--listen", "127.0.0.1:0"}, args...)...)
 	cmd.Env = append(cmd.Env, env...)
 	return startServeCmd(t, cmd)
