@@ -19,11 +19,11 @@ import (
 	"github.com/bothyhq/bothy/testenv"
 )
 
-// TestRunPath_LeaseDiskFull writes a file into a running computer whose
+// TestLeaseDiskFull writes a file into a running computer whose
 // lease directory is on a full disk (the data directory on a 32 MiB tmpfs;
 // the store and the blobs elsewhere, with room): the write is
 // insufficient_storage, not internal, and works again once there is room.
-func TestRunPath_LeaseDiskFull(t *testing.T) {
+func TestLeaseDiskFull(t *testing.T) {
 	testenv.Root(t, "mounts a tmpfs")
 	ctx := t.Context()
 	e := startTmpfsRunPath(t, "32m")
@@ -68,11 +68,11 @@ func TestRunPath_LeaseDiskFull(t *testing.T) {
 	e.checkReleased(t, c.ID, 1)
 }
 
-// TestRunPath_LeaseDiskFull_Output runs a command that prints 80 MB into
+// TestLeaseDiskFull_Output runs a command that prints 80 MB into
 // a computer whose lease directory is on a 32 MiB tmpfs: it must not end
 // completed with its output silently cut. It ends failed with disk_full,
 // its events up to there in order and its last line never journaled.
-func TestRunPath_LeaseDiskFull_Output(t *testing.T) {
+func TestLeaseDiskFull_Output(t *testing.T) {
 	testenv.Root(t, "mounts a tmpfs")
 	e := startTmpfsRunPath(t, "32m")
 	c := e.newComputer(t, "leasedisk")
