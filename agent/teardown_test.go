@@ -21,6 +21,7 @@ import (
 	"github.com/bothyhq/bothy/process"
 	"github.com/bothyhq/bothy/runtime"
 	"github.com/bothyhq/bothy/supervisor"
+	"github.com/bothyhq/bothy/testenv"
 )
 
 // scriptedControl is a control plane whose poll answers the test gives:
@@ -114,26 +115,9 @@ type agentEnv struct {
 	ctl  *scriptedControl
 	prov *countingProvider
 	cfg  Config
-	logs *syncBuffer
+	logs *testenv.Buffer
 	// supervisors are the pids of the supervisors seen.
 	supervisors []string
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // newAgentEnv returns the configuration of an agent of the process
@@ -153,7 +137,7 @@ func newAgentEnv(t *testing.T) *agentEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &agentEnv{dir: t.TempDir(), ctl: newScriptedControl(), prov: &countingProvider{Provider: process.New()}, logs: &syncBuffer{}}
+	e := &agentEnv{dir: t.TempDir(), ctl: newScriptedControl(), prov: &countingProvider{Provider: process.New()}, logs: &testenv.Buffer{}}
 	e.cfg = Config{ID: "agt_1", Dir: e.dir, Control: e.ctl, Token: "agent-token",
 		Providers: map[string]bothy.Provider{process.Name: e.prov}, Blobs: blobs, Cache: cache,
 		Workspace: hostcache.ModeCopy, SupervisorCommand: []string{exe, "supervisor"}, PollWait: time.Second,

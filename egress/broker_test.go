@@ -67,30 +67,13 @@ type brokerEnv struct {
 	b     *egress.Broker
 	proxy netip.AddrPort
 	res   *fakeResolver
-	logs  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs  *testenv.Buffer
 }
 
 // startBroker serves lease "lease-1" on 127.0.0.1 with policy.
 func startBroker(t *testing.T, opt egress.BrokerOptions, policy bothy.EgressPolicy) *brokerEnv {
 	t.Helper()
-	env := &brokerEnv{logs: &syncBuffer{}}
+	env := &brokerEnv{logs: &testenv.Buffer{}}
 	if opt.Resolver == nil {
 		env.res = newResolver()
 		opt.Resolver = env.res

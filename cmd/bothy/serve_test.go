@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"io"
 	nethttp "net/http"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,26 +41,7 @@ func bothyCmd(t *testing.T, args ...string) *exec.Cmd {
 type server struct {
 	cmd          *exec.Cmd
 	url, tokenLn string
-	stderr       *lockedBuffer
-}
-
-// lockedBuffer is a process's stderr that a test may read while the
-// process still writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	stderr       *syncBuffer
 }
 
 func startServe(t *testing.T, data string) *server {
@@ -120,7 +99,7 @@ func startServeCmd(t *testing.T, cmd *exec.Cmd) *server {
 // runs and, if the test failed, logs its stderr.
 func startProcess(t *testing.T, name string, cmd *exec.Cmd) *server {
 	t.Helper()
-	s := &server{cmd: cmd, stderr: &lockedBuffer{}}
+	s := &server{cmd: cmd, stderr: newSyncBuffer()}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
