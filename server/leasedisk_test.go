@@ -9,13 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/bothyhq/bothy"
-	"github.com/bothyhq/bothy/localblob"
-	"github.com/bothyhq/bothy/sqlite"
 	"github.com/bothyhq/bothy/testenv"
 )
 
@@ -118,41 +115,5 @@ func startTmpfsRunPath(t *testing.T, size string) *runPath {
 	t.Helper()
 	data := t.TempDir()
 	testenv.Tmpfs(t, data, "size="+size)
-	meta := t.TempDir()
-	e := &runPath{dir: data, stop: func() {}}
-	var err error
-	if e.store, err = sqlite.Open(t.Context(), filepath.Join(meta, "bothy.db")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.store.Close() })
-	if e.blobs, err = localblob.Open(filepath.Join(meta, "blobs")); err != nil {
-		t.Fatal(err)
-	}
-	tenant, err := bothy.NewTenant("leasedisk", "leasedisk")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.store.CreateTenant(t.Context(), tenant); err != nil {
-		t.Fatal(err)
-	}
-	e.tenant = tenant.ID
-	if _, e.token, err = e.store.CreateToken(t.Context(), tenant.ID, "leasedisk", []string{bothy.ScopeAdmin}, time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	if e.exe, err = os.Executable(); err != nil {
-		t.Fatal(err)
-	}
-	if e.logf, err = os.Create(filepath.Join(meta, "serve.log")); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		e.stop()
-		if t.Failed() || testing.Verbose() {
-			b, _ := os.ReadFile(e.logf.Name())
-			t.Logf("server log:\n%s", b)
-		}
-		e.logf.Close()
-	})
-	e.start(t)
-	return e
+	return newRunPath(t, data, t.TempDir(), "leasedisk")
 }

@@ -58,18 +58,25 @@ type runPath struct {
 // the server on it (start). Cleanup stops it.
 func startRunPath(t *testing.T) *runPath {
 	t.Helper()
-	ctx := t.Context()
 	dir := t.TempDir()
+	return newRunPath(t, dir, dir, "runpath")
+}
+
+// newRunPath starts a runPath on the data directory dir, with the store,
+// the blobs and the server's log in meta, and a tenant named name.
+func newRunPath(t *testing.T, dir, meta, name string) *runPath {
+	t.Helper()
+	ctx := t.Context()
 	e := &runPath{dir: dir, stop: func() {}}
 	var err error
-	if e.store, err = sqlite.Open(ctx, filepath.Join(dir, "bothy.db")); err != nil {
+	if e.store, err = sqlite.Open(ctx, filepath.Join(meta, "bothy.db")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.store.Close() })
-	if e.blobs, err = localblob.Open(filepath.Join(dir, "blobs")); err != nil {
+	if e.blobs, err = localblob.Open(filepath.Join(meta, "blobs")); err != nil {
 		t.Fatal(err)
 	}
-	tenant, err := bothy.NewTenant("runpath", "runpath")
+	tenant, err := bothy.NewTenant(name, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,13 +84,13 @@ func startRunPath(t *testing.T) *runPath {
 		t.Fatal(err)
 	}
 	e.tenant = tenant.ID
-	if _, e.token, err = e.store.CreateToken(ctx, tenant.ID, "runpath", []string{bothy.ScopeAdmin}, time.Time{}); err != nil {
+	if _, e.token, err = e.store.CreateToken(ctx, tenant.ID, name, []string{bothy.ScopeAdmin}, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
 	if e.exe, err = os.Executable(); err != nil {
 		t.Fatal(err)
 	}
-	if e.logf, err = os.Create(filepath.Join(dir, "serve.log")); err != nil {
+	if e.logf, err = os.Create(filepath.Join(meta, "serve.log")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
