@@ -78,6 +78,7 @@ func (l *lease) cancel(ctx context.Context, id string) {
 	go func() {
 		if _, err := sup.Cancel(ctx, id); err != nil {
 			l.a.log.Warn("cancel command", "command", id, "err", err)
+			l.pokeSupervisor()
 			l.mu.Lock()
 			delete(l.cancelled, id)
 			l.mu.Unlock()
@@ -121,6 +122,7 @@ func (l *lease) run(ctx context.Context, sup *supervisor.Client, cw *runtime.Com
 		// be reached; in the second case the control plane asks
 		// about the command after its acknowledgement timeout.
 		l.a.log.Warn("run command", "command", id, "err", err)
+		l.pokeSupervisor()
 		if code := bothy.ErrorCode(err); code == bothy.EINVALID || code == bothy.EINVALIDPATH || code == bothy.ETOOLARGE {
 			l.report(ctx, id, &runtime.Report{State: bothy.RunRunning})
 			l.report(ctx, id, &runtime.Report{State: bothy.RunFailed, Error: bothy.ErrorMessage(err)})
@@ -139,6 +141,7 @@ func (l *lease) status(ctx context.Context, sup *supervisor.Client, cw *runtime.
 	st, err := sup.Status(ctx, id)
 	if err != nil {
 		l.a.log.Warn("command status", "command", id, "err", err)
+		l.pokeSupervisor()
 		return
 	}
 	if st.State == bothy.RunNeverSeen {
@@ -231,7 +234,8 @@ func (l *lease) pump(ctx context.Context, id string, after int64) {
 			return
 		}
 		l.mu.Lock()
-		gone := l.state == leaseGone
+		gone := l.state == leaseGone || l.supDead
+		renewed := l.supNew
 		l.mu.Unlock()
 		if gone {
 			return
@@ -246,8 +250,18 @@ func (l *lease) pump(ctx context.Context, id string, after int64) {
 			return
 		}
 		l.a.log.Warn("command stream broke; resuming", "command", id, "after", after, "err", err)
-		sleep(ctx, backoff)
-		backoff = min(2*backoff, 2*time.Second)
+		// The supervisor may have died: the watcher checks, and a new
+		// one ends the wait (it has this command's end, lost).
+		l.pokeSupervisor()
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+			backoff = min(2*backoff, 2*time.Second)
+		case <-renewed:
+			backoff = 50 * time.Millisecond
+		}
+		t.Stop()
 	}
 }
 

@@ -72,6 +72,16 @@ type lease struct {
 	ws        hostcache.Workspace
 	h         *bothy.SandboxHandle
 	sup       *supervisor.Client
+	// supNew is closed, and replaced, when the watcher gives the lease a
+	// new supervisor (watchSupervisor); supPoke asks the watcher to check
+	// now; supDead says the supervisor died and could not be replaced.
+	supNew  chan struct{}
+	supPoke chan struct{}
+	supDead bool
+	// tearing is set, under supMu, when the teardown begins: the watcher
+	// replaces no supervisor after it. supMu is held while one is replaced.
+	tearing   bool
+	supMu     sync.Mutex
 	repo      *checkpoint.Repo
 	base      *checkpoint.Snapshot
 	parent    *checkpoint.Snapshot // the newest committed snapshot of this lease
@@ -96,7 +106,7 @@ func newLease(a *Agent, w *runtime.LeaseWork) *lease {
 		a: a, dir: filepath.Join(a.cfg.Dir, "leases", w.LeaseID), state: leaseNew,
 		rec:      record{LeaseID: w.LeaseID, TenantID: w.TenantID, ComputerID: w.ComputerID, Generation: w.Generation, Provider: w.Provider},
 		inflight: map[string]bool{}, held: map[string]*runtime.CommandWork{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
-		netStart: map[string]int64{},
+		netStart: map[string]int64{}, supNew: make(chan struct{}), supPoke: make(chan struct{}, 1),
 	}
 }
 
@@ -192,6 +202,7 @@ func (l *lease) start(ctx context.Context, resume bool) {
 	if scratch > 0 {
 		go l.watchScratch(ctx, scratch, cancelDiskLimited)
 	}
+	go l.watchSupervisor(ctx)
 	host, _ := os.Hostname()
 	ref, _ := l.h.Encode()
 	if err := l.a.cfg.Control.Ready(ctx, l.cred(), &runtime.ReadyRequest{Host: host, SandboxRef: string(ref)}); err != nil {
@@ -370,7 +381,7 @@ func (a *Agent) recover(ctx context.Context) {
 		}
 		l := &lease{a: a, dir: dir, rec: rec, state: leaseRecovered,
 			inflight: map[string]bool{}, held: map[string]*runtime.CommandWork{}, cancelled: map[string]bool{}, pumps: map[string]bool{}, applying: map[int64]bool{},
-			netStart: map[string]int64{}}
+			netStart: map[string]int64{}, supNew: make(chan struct{}), supPoke: make(chan struct{}, 1)}
 		a.leases[rec.LeaseID] = l
 		a.log.Info("found lease on disk", "lease", rec.LeaseID, "computer", rec.ComputerID)
 	}
@@ -503,9 +514,12 @@ func (l *lease) abandon(ctx context.Context) {
 // handle in lease.json, the workspace of its record's mode), and what
 // cannot be stopped is residue.
 func (l *lease) teardown(ctx context.Context, disposition, reason string, keep bool) {
+	l.supMu.Lock() // after a replacement of the supervisor under way
 	l.mu.Lock()
+	l.tearing = true
 	sup, h, ws := l.sup, l.h, l.ws
 	l.mu.Unlock()
+	l.supMu.Unlock()
 	residue := &bothy.Residue{}
 	supDir := filepath.Join(l.dir, "sup")
 	if sup == nil {

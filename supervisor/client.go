@@ -173,6 +173,12 @@ func (c *Client) call(ctx context.Context, req *Request) (*Response, error) {
 	return resp, nil
 }
 
+// Ping checks that the supervisor answers on its socket (a hello).
+func (c *Client) Ping(ctx context.Context) error {
+	_, err := c.call(ctx, &Request{Op: OpHello})
+	return err
+}
+
 // Run starts a command once. If id was already journaled it starts
 // nothing and returns the existing command's status with Existing set.
 // When Run returns without error the command's accept record is on disk.

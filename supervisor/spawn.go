@@ -195,6 +195,28 @@ func WaitGone(ctx context.Context, dir string, d time.Duration) error {
 	}
 }
 
+// Held reports whether a supervisor holds dir: the lock it keeps on
+// DIR/supervisor.lock for its whole life is taken. The kernel releases the
+// lock when the process dies, whatever killed it, so a supervisor that no
+// longer holds its directory is gone (or not yet started).
+func Held(dir string) (bool, error) {
+	lock, err := os.OpenFile(filepath.Join(dir, "supervisor.lock"), os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	defer lock.Close()
+	err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if err == nil {
+		syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+		return false, nil
+	} else if errors.Is(err, syscall.EWOULDBLOCK) {
+		return true, nil
+	}
+	return false, err
+}
+
 // running reports whether the process named by DIR/supervisor.pid is
 // alive and not a zombie.
 func running(dir string) bool {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -189,4 +191,69 @@ func pidAlive(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(b), ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] != 'Z'
+}
+
+// TestE2E_SupervisorKilled: a lease's supervisor is killed (SIGKILL)
+// while a command runs. The agent starts a new supervisor on the lease's
+// directory, which kills what the dead one left and ends the command lost
+// with the output it printed before; the next command runs on the same
+// lease, a stop tears it down, and nothing is left.
+func TestE2E_SupervisorKilled(t *testing.T) {
+	needSandbox(t)
+	data, s, a := serveAPI(t)
+	c := a.create("supervisor-killed")
+	mark := randomMark()
+	cmd := a.run(c.ID, bothy.RunRequest{Script: "echo before; sleep 30", Env: map[string]string{"BOTHY_E2E_MARK": mark}})
+	a.events(cmd.ID, 0, func(e *bothy.Event) bool { return e.Kind == bothy.EventStdout })
+	waitProcesses(t, mark, func(n int) bool { return n > 0 })
+	running := a.command(cmd.ID)
+	supDir := filepath.Join(data, "agent", "leases", running.LeaseID, "sup")
+	old := supervisorsOf(supDir)
+	if len(old) != 1 {
+		t.Fatalf("supervisors of %s: %v, want one", supDir, old)
+	}
+	if err := syscall.Kill(old[0], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if got := a.command(cmd.ID); bothy.CommandTerminal(got.State) {
+			if got.State != bothy.CommandLost {
+				t.Fatalf("the command running when its supervisor was killed ended %s, want lost", got.State)
+			}
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the command is still %s 15 s after its supervisor was killed; serve's log:\n%s", got.State, s.stderr)
+		}
+	}
+	// The new supervisor killed the dead one's commands, before the
+	// stop would.
+	waitProcesses(t, mark, func(n int) bool { return n == 0 })
+	if got := output(a.events(cmd.ID, 0, nil)); got != "before\n" {
+		t.Errorf("the lost command's output %q, want %q", got, "before\n")
+	}
+	if now := supervisorsOf(supDir); len(now) != 1 || now[0] == old[0] {
+		t.Errorf("supervisors of %s after the kill: %v, want one new one (the killed one was %d)", supDir, now, old[0])
+	}
+	next := a.run(c.ID, bothy.RunRequest{Script: "echo after", Wait: true})
+	if got := output(a.events(next.ID, 0, nil)); next.State != bothy.CommandCompleted || got != "after\n" || next.LeaseID != running.LeaseID {
+		t.Fatalf("the next command: %s %q on lease %s, want completed %q on %s", next.State, got, next.LeaseID, "after\n", running.LeaseID)
+	}
+	a.stop(c.ID)
+	a.waitState(c.ID, bothy.StateCold)
+	checkNoResidue(t, data)
+	destroyAll(t, a, data)
+	s.stop(t)
+}
+
+// supervisorsOf lists the live processes whose command line runs a
+// supervisor on dir (`-dir DIR`).
+func supervisorsOf(dir string) []int {
+	var out []int
+	for _, pid := range processesMentioning(dir) {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		if bytes.Contains(b, []byte("\x00-dir\x00"+dir+"\x00")) && pidAlive(pid) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
