@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -110,6 +111,51 @@ func TestAgent_SupervisorKilled(t *testing.T) {
 	// good as dead: it is sent SIGTERM, which ends its commands cancelled
 	// with their output, and replaced.
 	t.Run("SocketGone", func(t *testing.T) { testSupervisorGone(t, true) })
+	// No new supervisor starts: the lease is released lost, so that its
+	// commands settle and the next one starts a new lease.
+	t.Run("CannotReplace", testSupervisorNotReplaced)
+}
+
+func testSupervisorNotReplaced(t *testing.T) {
+	e := newAgentEnv(t)
+	ctl := &commandControl{scriptedControl: e.ctl, reports: map[string][]*runtime.Report{}, events: map[string][]bothy.Event{}}
+	e.cfg.Control = ctl
+	// The supervisor command starts a supervisor once, then fails.
+	once := filepath.Join(t.TempDir(), "spawned")
+	e.cfg.SupervisorCommand = []string{"/bin/sh", "-c", `[ -e "$0" ] && exit 1; : > "$0"; exec "$1" supervisor "$2" "$3"`, once, e.cfg.SupervisorCommand[0]}
+	e.run(t)
+	e.answer(t, 1, work("lse_1", "lse_1-cred", false))
+	select {
+	case <-e.ctl.ready:
+	case <-time.After(time.Minute):
+		t.Fatal("the lease did not become ready")
+	}
+	leaseDir := filepath.Join(e.dir, "leases", "lse_1")
+	first := supervisorPid(t, leaseDir)
+	e.supervisors = append(e.supervisors, first)
+	e.answer(t, 2, runWork("cmd_1", "echo before; exec sleep 30"))
+	waitFor(t, "the command prints", func() bool { return ctl.stdout("cmd_1") == "before\n" })
+	procs := markedProcesses(t, leaseDir)
+	t.Cleanup(func() {
+		for _, pid := range procs {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	pid, _ := strconv.Atoi(first)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-e.ctl.released:
+		if c.req.Disposition != bothy.LeaseLost || !strings.Contains(c.req.Error, "could not be replaced") {
+			t.Errorf("released %+v, want lost as the supervisor could not be replaced", c.req)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the lease was not released within 15 s of its supervisor's death")
+	}
+	if _, err := os.Lstat(leaseDir); !os.IsNotExist(err) {
+		t.Errorf("the lease directory remains: %v", err)
+	}
 }
 
 func testSupervisorGone(t *testing.T, socketGone bool) {
