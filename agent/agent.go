@@ -148,13 +148,23 @@ func (a *Agent) Run(ctx context.Context) error {
 	return nil
 }
 
-// held lists the leases the agent holds.
+// held lists the leases the agent holds: every lease an answer listed that
+// is not torn down yet, started or not, and those found on disk. A lease
+// not ready yet is Starting: it drops commands until it is (lease.update),
+// so the control plane must send it none.
 func (a *Agent) held() []runtime.HeldLease {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := []runtime.HeldLease{}
+	leases := make([]*lease, 0, len(a.leases))
 	for _, l := range a.leases {
-		out = append(out, runtime.HeldLease{LeaseID: l.rec.LeaseID, TenantID: l.rec.TenantID, Generation: l.rec.Generation})
+		leases = append(leases, l)
+	}
+	a.mu.Unlock()
+	out := []runtime.HeldLease{}
+	for _, l := range leases {
+		l.mu.Lock()
+		starting := l.state == leaseNew || l.state == leaseRecovered || l.state == leaseStarting
+		l.mu.Unlock()
+		out = append(out, runtime.HeldLease{LeaseID: l.rec.LeaseID, TenantID: l.rec.TenantID, Generation: l.rec.Generation, Starting: starting})
 	}
 	return out
 }

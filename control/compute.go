@@ -59,6 +59,7 @@ func (c *Controller) RunCommand(ctx context.Context, tenantID, computerID string
 		}
 		return cmd, false, nil
 	}
+	c.fault(faultAfterAdmit)
 	if err := c.ensureLease(ctx, tenantID, computerID); err != nil {
 		return nil, false, err
 	}
@@ -121,6 +122,7 @@ func (c *Controller) ensureLease(ctx context.Context, tenantID, computerID strin
 		delete(c.stops, computerID)
 		c.mu.Unlock()
 		c.log.Info("lease acquired", "computer", computerID, "lease", l.ID, "generation", l.Generation, "agent", l.Host)
+		c.fault(faultAfterLease)
 		c.changed()
 		return nil
 	}

@@ -38,7 +38,10 @@ const (
 	reconcileInterval   = 2 * time.Second
 	fallbackWakeup      = time.Second
 	agentFreshness      = 30 * time.Second
+	unreleasedHorizon   = 100 * 365 * 24 * time.Hour // past every lease's expiry
 	faultAfterDispatch  = "after_dispatch"
+	faultAfterLease     = "after_lease_acquired"
+	faultAfterAdmit     = "after_admit"
 	faultBeforeRunReply = "before_running_report"
 )
 
@@ -82,11 +85,15 @@ type Config struct {
 	// (may_have_started).
 	AckTimeout time.Duration
 	// Fault, if set, is called at each fault-injection point, for crash
-	// tests that kill the process there: "after_dispatch" (a command was
-	// dispatched, and the poll answer carrying it is not sent yet) and
+	// tests that kill the process there: "after_admit" (a command was
+	// admitted, and neither a lease reserved for it nor an agent woken),
+	// "after_lease_acquired" (a lease was reserved for a cold computer,
+	// and no agent was told), "after_dispatch" (a command was dispatched,
+	// and the poll answer carrying it is not sent yet) and
 	// "before_running_report" (the runtime acknowledged a command, and the
 	// control plane has not recorded it). Only tests set it (cmd/bothy's
-	// fault_test.go, from BOTHY_FAULT): no production build reaches a kill.
+	// fault_test.go, from BOTHY_FAULT): no production build reaches a
+	// kill.
 	Fault  func(point string)
 	Logger *slog.Logger
 }
@@ -116,6 +123,10 @@ type Controller struct {
 	hashKeys map[string][]byte         // tenant id → checkpoint key (immutable)
 
 	applySeq int64
+
+	// started is when the controller was made: a lease reserved before
+	// was started by an earlier process.
+	started time.Time
 
 	stopping chan struct{} // closed when Run's context is done
 	stopOnce sync.Once
@@ -163,7 +174,7 @@ func New(store bothy.Store, cfg Config) *Controller {
 		cfg.AckTimeout = DefaultAckTimeout
 	}
 	return &Controller{
-		store: store, cfg: cfg, signer: cfg.Signer, log: cfg.Logger, now: time.Now,
+		store: store, cfg: cfg, signer: cfg.Signer, log: cfg.Logger, now: time.Now, started: time.Now(),
 		receipts: cfg.Receipts, policyDigest: cmp.Or(cfg.PolicyDigest, receipt.PolicyDigest(cfg.Profiles)),
 		version: 1, // above an agent's first poll (0), which is answered at once
 		wake:    make(chan struct{}), watch: map[string]*watch{},
@@ -259,7 +270,11 @@ func (c *Controller) Run(ctx context.Context) error {
 
 // Reconcile is the start-up pass: every command left dispatched by an
 // earlier process may or may not have reached its runtime, so it becomes
-// may_have_started, and the runtime is asked about it on its next poll.
+// may_have_started, and the runtime is asked about it on its next poll;
+// and a computer with admitted commands but no lease (the process died
+// between admitting its first command and reserving the lease) gets one.
+// The leases an earlier process left are settled at each agent's first
+// poll (releaseUnheld, adopt).
 func (c *Controller) Reconcile(ctx context.Context) error {
 	tenants, err := c.store.ListTenants(ctx)
 	if err != nil {
@@ -281,8 +296,35 @@ func (c *Controller) Reconcile(ctx context.Context) error {
 				break
 			}
 		}
+		if err := c.leaseAdmitted(ctx, t.ID); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// leaseAdmitted starts a lease for every computer of the tenant whose
+// admitted commands have none (ensureLease leaves one that has a lease).
+func (c *Controller) leaseAdmitted(ctx context.Context, tenantID string) error {
+	seen := map[string]bool{}
+	for offset := 0; ; offset += 1000 {
+		cmds, err := c.store.ListCommands(ctx, tenantID, bothy.CommandFilter{State: bothy.CommandAdmitted, Offset: offset, Limit: 1000})
+		if err != nil {
+			return err
+		}
+		for _, cmd := range cmds {
+			if seen[cmd.ComputerID] {
+				continue
+			}
+			seen[cmd.ComputerID] = true
+			if err := c.ensureLease(ctx, tenantID, cmd.ComputerID); err != nil {
+				c.log.Warn("start a lease for admitted commands", "computer", cmd.ComputerID, "err", err)
+			}
+		}
+		if len(cmds) < 1000 {
+			return nil
+		}
+	}
 }
 
 // errStopping answers waits when the server stops: long polls and event

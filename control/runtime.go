@@ -21,11 +21,21 @@ func (c *Controller) Poll(ctx context.Context, agentToken string, req *runtime.P
 		return nil, err
 	}
 	c.mu.Lock()
+	_, seen := c.agents[req.AgentID]
 	c.agents[req.AgentID] = c.now()
 	version, wake := c.version, c.wake
 	c.mu.Unlock()
 	for _, h := range req.Leases {
 		if err := c.adopt(ctx, req.AgentID, h); err != nil {
+			return nil, err
+		}
+	}
+	if !seen {
+		if err := c.releaseUnheld(ctx, req); err != nil {
+			// Tried again at the agent's next poll.
+			c.mu.Lock()
+			delete(c.agents, req.AgentID)
+			c.mu.Unlock()
 			return nil, err
 		}
 	}
@@ -109,7 +119,9 @@ func (c *Controller) adopt(ctx context.Context, agent string, h runtime.HeldLeas
 	if err != nil {
 		return err
 	}
-	ready := comp.State == bothy.StateActive || comp.State == bothy.StateStopping
+	// A lease its agent is still starting or resuming takes no command
+	// (the agent would drop it) until the agent reports it Ready.
+	ready := (comp.State == bothy.StateActive || comp.State == bothy.StateStopping) && !h.Starting
 	now := c.now()
 	c.mu.Lock()
 	if _, known := c.leases[h.LeaseID]; !known {
@@ -121,6 +133,50 @@ func (c *Controller) adopt(ctx context.Context, agent string, h runtime.HeldLeas
 	}
 	c.mu.Unlock()
 	c.log.Info("lease adopted from agent", "lease", l.ID, "agent", agent, "ready", ready)
+	return nil
+}
+
+// releaseUnheld settles, at an agent's first poll to this process, the
+// leases an earlier process assigned to it that it does not hold: it was
+// never told of them (the process died first), or it tore them down and
+// could not report it. Its poll lists every lease it holds, those still
+// starting and those it found on disk, so the others are gone: each is
+// released as lost now, rather than when its TTL runs out, and its
+// admitted commands start a lease of the next generation. A lease of
+// another agent, one this process knows, or one reserved since this
+// process started is left alone; so is a lease assigned to no agent (none
+// had polled when it was reserved), which keeps its TTL.
+func (c *Controller) releaseUnheld(ctx context.Context, req *runtime.PollRequest) error {
+	held := map[string]bool{}
+	for _, h := range req.Leases {
+		held[h.LeaseID] = true
+	}
+	// Every unreleased lease has an expiry, so at a time past them all the
+	// reaper's query lists every unreleased lease (the first 1000: those
+	// beyond keep their TTL).
+	leases, err := c.store.ListExpiredLeases(ctx, c.now().Add(unreleasedHorizon), 1000)
+	if err != nil {
+		return err
+	}
+	for _, l := range leases {
+		c.mu.Lock()
+		_, known := c.leases[l.ID]
+		c.mu.Unlock()
+		if l.Host != req.AgentID || held[l.ID] || known || !l.ReservedAt.Before(c.started.Truncate(time.Microsecond)) {
+			continue
+		}
+		err := c.store.ReleaseLease(ctx, l.TenantID, l.ID, l.Generation, bothy.LeaseLost, "")
+		if bothy.ErrorCode(err) == bothy.ECONFLICT {
+			continue // released meanwhile
+		} else if err != nil {
+			return err
+		}
+		c.recordRelease(ctx, l.TenantID, l.ID, nil)
+		c.log.Warn("lease lost: its agent does not hold it after a restart", "lease", l.ID, "computer", l.ComputerID, "agent", req.AgentID)
+		if err := c.afterRelease(ctx, l.TenantID, l.ComputerID, l.ID, l.Generation); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

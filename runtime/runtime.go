@@ -64,6 +64,10 @@ type HeldLease struct {
 	LeaseID    string `json:"lease_id"`
 	TenantID   string `json:"tenant_id"`
 	Generation int64  `json:"generation"`
+	// Starting says the lease is not ready on the agent yet: it is being
+	// started, or was found on disk after a restart and is being resumed.
+	// Such a lease takes no command until the agent reports it Ready.
+	Starting bool `json:"starting,omitempty"`
 }
 
 // PollResponse is the desired state of the agent's leases.
@@ -218,7 +222,11 @@ type Control interface {
 	// each admitted command once as ActRun (with its Spec), each running
 	// one as ActAttach after its newest stored seq, plus ActCancel when it
 	// was cancelled, and ActStatus for one that may have started. A lease
-	// that was released is not listed: its agent tears it down.
+	// that was released is not listed: its agent tears it down. At an
+	// agent's first poll to a control-plane process, a lease an earlier
+	// process assigned to the agent that the poll does not list is
+	// released as lost, and a listed lease that is Starting is sent no
+	// command until the agent reports it Ready.
 	Poll(ctx context.Context, agentToken string, req *PollRequest) (*PollResponse, error)
 	// Ready reports the lease's sandbox ready: the computer becomes active
 	// and its admitted commands are dispatched at the next poll. A released
