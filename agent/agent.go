@@ -169,7 +169,35 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.version = resp.Version
 		a.apply(work, resp, poll)
 	}
+	a.lastStops(work)
 	return nil
+}
+
+// lastStops polls once more, without waiting, when Run's context is done,
+// and starts the stops it asks for (and nothing else): a stop requested
+// just before the signal, whose answer the poll that the signal cut
+// would have carried, gets the drain too.
+func (a *Agent) lastStops(work context.Context) {
+	ctx, cancel := context.WithTimeout(work, time.Second)
+	defer cancel()
+	resp, err := a.cfg.Control.Poll(ctx, a.cfg.Token, &runtime.PollRequest{AgentID: a.cfg.ID, Leases: a.held(), Version: a.version})
+	if err != nil {
+		return
+	}
+	for _, w := range resp.Leases {
+		a.mu.Lock()
+		l := a.leases[w.LeaseID]
+		a.mu.Unlock()
+		if l == nil || !w.Stop {
+			continue
+		}
+		l.mu.Lock()
+		ready := l.state == leaseReady
+		l.mu.Unlock()
+		if ready {
+			l.update(work, w)
+		}
+	}
 }
 
 // drain waits for the lease operations in flight, for Config.DrainTimeout;
