@@ -57,7 +57,13 @@ type Config struct {
 	Egress *Egress
 	// PollWait is how long a poll waits for new work (default 10 s).
 	PollWait time.Duration
-	Logger   *slog.Logger
+	// DrainTimeout is how long Run, once its context is done, lets the
+	// lease starts and stops in flight go on (default DefaultDrainTimeout):
+	// a stop whose final checkpoint and commit did not finish by then is
+	// left whole on disk for the next agent; a teardown once begun always
+	// runs to its end.
+	DrainTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // Egress is an agent's egress plumbing: one broker for all its leases, and
@@ -67,10 +73,17 @@ type Egress struct {
 	Network egress.NetworkOptions
 }
 
+// DefaultDrainTimeout is Config.DrainTimeout's default: within `bothy
+// serve`'s 10 s for requests to finish, with time left to answer them.
+const DefaultDrainTimeout = 7 * time.Second
+
 // Agent runs leases for a control plane.
 type Agent struct {
 	cfg Config
 	log *slog.Logger
+	// ops counts the lease starts, stops and teardowns in flight, which
+	// Run lets finish (Config.DrainTimeout).
+	ops sync.WaitGroup
 
 	mu      sync.Mutex
 	leases  map[string]*lease
@@ -108,6 +121,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.PollWait <= 0 {
 		cfg.PollWait = 10 * time.Second
 	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = DefaultDrainTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -121,8 +137,16 @@ func New(cfg Config) (*Agent, error) {
 // control plane and acts on its answers until ctx is done. Leases keep
 // running when Run returns: their supervisors outlive the agent, and the
 // next agent on the same directory takes them over.
+//
+// Lease work does not run under ctx: once ctx is done Run polls no more,
+// and lets the starts, stops and teardowns in flight go on for
+// Config.DrainTimeout (drain), so that a stop asked for just before a
+// SIGTERM checkpoints, commits and reports its release.
 func (a *Agent) Run(ctx context.Context) error {
-	a.recover(ctx)
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	defer a.drain(cancelWork)
+	a.recover(work)
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		a.mu.Lock()
@@ -143,9 +167,64 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		backoff = 100 * time.Millisecond
 		a.version = resp.Version
-		a.apply(ctx, resp, poll)
+		a.apply(work, resp, poll)
 	}
+	a.lastStops(work)
 	return nil
+}
+
+// lastStops polls once more, without waiting, when Run's context is done,
+// and starts the stops it asks for (and nothing else): a stop requested
+// just before the signal, whose answer the poll that the signal cut
+// would have carried, gets the drain too.
+func (a *Agent) lastStops(work context.Context) {
+	ctx, cancel := context.WithTimeout(work, time.Second)
+	defer cancel()
+	resp, err := a.cfg.Control.Poll(ctx, a.cfg.Token, &runtime.PollRequest{AgentID: a.cfg.ID, Leases: a.held(), Version: a.version})
+	if err != nil {
+		return
+	}
+	for _, w := range resp.Leases {
+		a.mu.Lock()
+		l := a.leases[w.LeaseID]
+		a.mu.Unlock()
+		if l == nil || !w.Stop {
+			continue
+		}
+		l.mu.Lock()
+		ready := l.state == leaseReady
+		l.mu.Unlock()
+		if ready {
+			l.update(work, w)
+		}
+	}
+}
+
+// drain waits for the lease operations in flight, for Config.DrainTimeout;
+// then it cancels their context (cancelWork), which leaves a stop not yet
+// committed whole on disk, and waits for the teardowns that began.
+func (a *Agent) drain(cancelWork context.CancelFunc) {
+	done := make(chan struct{})
+	go func() { a.ops.Wait(); close(done) }()
+	t := time.NewTimer(a.cfg.DrainTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	a.log.Warn("lease operations still in flight at the drain deadline; leaving the stops not yet committed to the next start", "timeout", a.cfg.DrainTimeout)
+	cancelWork()
+	<-done
+}
+
+// goOp runs fn, a lease operation that drain waits for, in a goroutine.
+func (a *Agent) goOp(fn func()) {
+	a.ops.Add(1)
+	go func() {
+		defer a.ops.Done()
+		fn()
+	}()
 }
 
 // held lists the leases the agent holds: every lease an answer listed that

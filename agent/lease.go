@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,13 @@ import (
 	"github.com/bothyhq/bothy/hostcache"
 	"github.com/bothyhq/bothy/runtime"
 	"github.com/bothyhq/bothy/supervisor"
+)
+
+// teardownTimeout bounds a teardown, and supervisorGoneTimeout each wait
+// in it for the lease's supervisor to end (variables for the tests).
+var (
+	teardownTimeout       = 2 * time.Minute
+	supervisorGoneTimeout = 30 * time.Second
 )
 
 // Lease states in the agent.
@@ -48,6 +56,12 @@ type record struct {
 	// Egress is the lease's egress policy; a mode other than none means
 	// the lease has a network namespace and a broker listener to remove.
 	Egress bothy.EgressPolicy `json:"egress"`
+	// Quarantined is why the lease was quarantined with its writable
+	// layer kept (its final checkpoint failed): such a lease is never
+	// started again. The next agent reports it quarantined again if the
+	// control plane still lists it (the report was lost), and removes its
+	// layers once it does not.
+	Quarantined string `json:"quarantined,omitempty"`
 }
 
 // workspaceAt is the workspace of the record's mode under the lease
@@ -126,10 +140,12 @@ func (l *lease) update(ctx context.Context, w *runtime.LeaseWork) {
 	l.mu.Lock()
 	l.work = w
 	state := l.state
-	switch state {
-	case leaseNew, leaseRecovered:
+	switch {
+	case state == leaseRecovered && l.rec.Quarantined != "":
+		l.state = leaseStopping
+	case state == leaseNew || state == leaseRecovered:
 		l.state = leaseStarting
-	case leaseReady:
+	case state == leaseReady:
 		if w.Stop {
 			l.state = leaseStopping
 		}
@@ -150,12 +166,19 @@ func (l *lease) update(ctx context.Context, w *runtime.LeaseWork) {
 	}
 	switch state {
 	case leaseNew:
-		go l.start(ctx, false)
+		l.a.goOp(func() { l.start(ctx, false) })
 	case leaseRecovered:
-		go l.start(ctx, true)
+		if why := l.rec.Quarantined; why != "" {
+			// Never mounted again: its sandbox and uid are gone, and its
+			// writable layer holds what no checkpoint committed.
+			l.a.log.Warn("a quarantined lease is still listed; reporting it quarantined again", "lease", l.rec.LeaseID)
+			l.a.goOp(func() { l.teardown(ctx, bothy.LeaseQuarantined, why, true) })
+			return
+		}
+		l.a.goOp(func() { l.start(ctx, true) })
 	case leaseReady:
 		if w.Stop {
-			go l.stop(ctx)
+			l.a.goOp(func() { l.stop(ctx) })
 			return
 		}
 		if ckpt {
@@ -187,7 +210,11 @@ func (l *lease) start(ctx context.Context, resume bool) {
 		l.state = leaseReady
 	}
 	l.mu.Unlock()
-	if err != nil {
+	if err != nil && ctx.Err() != nil {
+		// The agent is stopping (drain): the next one starts it again.
+		l.a.log.Warn("lease start cut by the agent's stop; the next start resumes it", "lease", l.rec.LeaseID, "err", err)
+		return
+	} else if err != nil {
 		l.a.log.Error("lease start failed", "lease", l.rec.LeaseID, "err", err)
 		l.teardown(ctx, bothy.LeaseFailed, err.Error(), false)
 		return
@@ -471,14 +498,23 @@ func (l *lease) stop(ctx context.Context) {
 	go func() { l.pumpWG.Wait(); close(done) }()
 	select {
 	case <-done:
+	case <-ctx.Done():
 	case <-time.After(time.Minute):
 		l.a.log.Warn("command streams did not end within a minute of stop", "lease", l.rec.LeaseID)
 	}
 	var err error
-	for attempt := 0; attempt < 3; attempt++ {
+	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
 		if _, err = l.checkpoint(ctx); err == nil {
 			break
 		}
+	}
+	if ctx.Err() != nil {
+		// The agent stopped (its drain deadline passed) before the final
+		// checkpoint was committed: the lease stays whole on disk, its
+		// supervisor and sandbox running, and the next agent resumes it
+		// and stops it again (the computer is still stopping).
+		l.a.log.Warn("the agent stopped before the lease's stop was committed; leaving it whole for the next start", "lease", l.rec.LeaseID, "err", err)
+		return
 	}
 	if err != nil {
 		// The writable layer holds work not yet committed: keep it.
@@ -502,7 +538,7 @@ func (l *lease) abandon(ctx context.Context) {
 	switch state {
 	case leaseReady, leaseRecovered, leaseNew:
 		l.a.log.Warn("the control plane no longer lists the lease; tearing it down", "lease", l.rec.LeaseID)
-		go l.teardown(ctx, bothy.LeaseReleased, "", false)
+		l.a.goOp(func() { l.teardown(ctx, bothy.LeaseReleased, "", false) })
 	}
 }
 
@@ -513,13 +549,31 @@ func (l *lease) abandon(ctx context.Context) {
 // is found through its directory (the supervisor's socket, the sandbox
 // handle in lease.json, the workspace of its record's mode), and what
 // cannot be stopped is residue.
+//
+// Once begun it runs to its end, whatever ctx (the agent's stop does not
+// cut it half way), bounded by teardownTimeout. It never removes the
+// directory of a lease whose supervisor still runs, or whose sandbox's
+// cgroups still hold processes: that is residue, and the directory is
+// kept for the next agent to tear down again.
 func (l *lease) teardown(ctx context.Context, disposition, reason string, keep bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
 	l.supMu.Lock() // after a replacement of the supervisor under way
 	l.mu.Lock()
 	l.tearing = true
 	sup, h, ws := l.sup, l.h, l.ws
 	l.mu.Unlock()
 	l.supMu.Unlock()
+	if keep && l.rec.Quarantined == "" {
+		// Marked before anything is stopped: a lease whose sandbox is
+		// gone must never be resumed over its kept layer.
+		l.mu.Lock()
+		l.rec.Quarantined = cmp.Or(reason, "quarantined")
+		l.mu.Unlock()
+		if err := l.save(); err != nil {
+			l.a.log.Warn("mark the lease quarantined on disk", "lease", l.rec.LeaseID, "err", err)
+		}
+	}
 	residue := &bothy.Residue{}
 	supDir := filepath.Join(l.dir, "sup")
 	if sup == nil {
@@ -540,8 +594,20 @@ func (l *lease) teardown(ctx context.Context, disposition, reason string, keep b
 		}
 		sup.Close()
 	}
-	if err := supervisor.WaitGone(ctx, supDir, 30*time.Second); err != nil {
-		residue.Other = append(residue.Other, "supervisor: "+err.Error())
+	supGone := true
+	if err := supervisor.WaitGone(ctx, supDir, supervisorGoneTimeout); err != nil {
+		// Shutdown did not end it: SIGTERM, as for one that does not
+		// answer, then wait once more.
+		if signalled, terr := supervisor.Terminate(supDir); signalled {
+			l.a.log.Warn("the supervisor did not end at shutdown; sent it SIGTERM", "lease", l.rec.LeaseID, "err", err)
+			err = supervisor.WaitGone(ctx, supDir, supervisorGoneTimeout)
+		} else if terr != nil {
+			l.a.log.Warn("stop the supervisor", "lease", l.rec.LeaseID, "err", terr)
+		}
+		if err != nil {
+			supGone = false
+			residue.Other = append(residue.Other, "supervisor: "+err.Error())
+		}
 	}
 	prov := l.a.cfg.Providers[l.rec.Provider]
 	if h == nil && len(l.rec.Handle) > 0 {
@@ -575,7 +641,13 @@ func (l *lease) teardown(ctx context.Context, disposition, reason string, keep b
 		}
 	}
 	residue.Other = append(residue.Other, l.removeNetwork(ctx)...)
-	if !keep {
+	if !keep && (!supGone || len(residue.Cgroups) > 0) {
+		// Its processes may still run in the directory: removing it would
+		// leave them running in a deleted directory, out of any agent's
+		// sight. The next agent finds it and tears it down again.
+		l.a.log.Error("the lease's processes may still run; keeping its directory", "lease", l.rec.LeaseID, "supervisor_gone", supGone, "cgroups", residue.Cgroups)
+		residue.Paths = append(residue.Paths, l.dir)
+	} else if !keep {
 		if ws == nil {
 			ws = l.rec.workspaceAt(l.dir)
 		}

@@ -296,6 +296,11 @@ func (c *Controller) stop(ctx context.Context, tenantID, computerID string) erro
 		case <-ctx.Done():
 			t.Stop()
 			return bothy.Errorf(bothy.ECONFLICT, "computer %q did not stop within %s; it is stopping", computerID, stopWait)
+		case <-c.stopping:
+			// The server stops before the lease was released: the
+			// computer stays stopping, and the next server finishes it.
+			t.Stop()
+			return bothy.Errorf(bothy.EUNAVAILABLE, "the server is stopping before computer %q stopped; it is stopping, and stops when the server is back", computerID)
 		case <-t.C:
 		}
 	}

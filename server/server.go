@@ -145,9 +145,19 @@ func (s *Server) Handler() http.Handler { return s.handler }
 // is done. Leases keep running after Run returns: their supervisors
 // outlive the process, and the next Run on the same data directory takes
 // them over.
+//
+// When ctx is done the agent polls no more and drains: the lease stops in
+// flight get agent.DefaultDrainTimeout to checkpoint, commit and report
+// their release, which the control plane, still running, takes and
+// answers the stop requests waiting for. Then the control plane stops:
+// the waits still open (long polls, event streams, stop requests whose
+// lease was not released) answer 503. The caller keeps serving Handler
+// until Run returns, then shuts its HTTP server down.
 func (s *Server) Run(ctx context.Context, url string) error {
+	ctlCtx, stopCtl := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopCtl()
 	errc := make(chan error, 2)
-	go func() { errc <- s.ctl.Run(ctx) }()
+	go func() { errc <- s.ctl.Run(ctlCtx) }()
 	n := 1
 	if len(s.cfg.Providers) > 0 {
 		ag, err := s.newAgent(url)
@@ -155,7 +165,19 @@ func (s *Server) Run(ctx context.Context, url string) error {
 			return err
 		}
 		n++
-		go func() { errc <- ag.Run(ctx) }()
+		go func() {
+			err := ag.Run(ctx)
+			stopCtl()
+			errc <- err
+		}()
+	} else {
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-ctlCtx.Done():
+			}
+			stopCtl()
+		}()
 	}
 	var first error
 	for range n {

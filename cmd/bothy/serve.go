@@ -140,35 +140,52 @@ func (o *serveOptions) newServer(e *env, key ed25519.PrivateKey, addr net.Addr) 
 }
 
 // serve serves the API on ln and runs the control plane until ctx is
-// done, then shuts the HTTP server down, letting requests finish for
-// shutdownGrace.
+// done. Then it stops: the server keeps serving while the in-process
+// agent drains (the stops in flight finish, bserver.Server.Run), and
+// the HTTP server is shut down once the control plane has stopped,
+// letting requests finish; all within shutdownGrace of the signal.
 func (o *serveOptions) serve(ctx context.Context, ln net.Listener, url string, s *bserver.Server, e *env) error {
 	log := o.log
 	srv := bserver.NewHTTPServer(s.Handler(), bserver.HTTPOptions{Logger: log})
-	errc := make(chan error, 2)
+	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	go func() {
-		if err := s.Run(runCtx, url); err != nil {
-			errc <- fmt.Errorf("control plane: %w", err)
-		}
-	}()
+	runc := make(chan error, 1)
+	go func() { runc <- s.Run(runCtx, url) }()
 	log.Info("bothy serve started", "url", url, "data", o.cfg.data, "tenant", e.tenant.ID, "profiles", o.policy.Profiles)
+	var runErr error
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
+	case runErr = <-runc:
+		if runErr == nil {
+			runErr = errors.New("stopped")
+		}
+		runErr = fmt.Errorf("control plane: %w", runErr)
 	case <-ctx.Done():
 	}
 	log.Info("bothy serve stopping")
 	stopRun()
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
+	if runErr == nil {
+		select {
+		case err := <-runc:
+			if err != nil {
+				log.Warn("control plane", "err", err)
+			}
+		case <-sctx.Done():
+		}
+	}
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	if err := <-errc; !errors.Is(err, nethttp.ErrServerClosed) {
 		return fmt.Errorf("serve: %w", err)
+	}
+	if runErr != nil {
+		return runErr
 	}
 	log.Info("bothy serve stopped")
 	return nil
