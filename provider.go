@@ -108,6 +108,19 @@ type SecretFiler interface {
 	GivesSecretFiles() bool
 }
 
+// CommandIsolator is a Provider that can keep the processes of one command
+// of a sandbox from those of another: a process one command leaves running
+// cannot read a later command's environment or memory, nor a later one an
+// earlier one's (bwrap: a Landlock domain per command). On a provider that
+// is not one, or says it cannot, a lease is one trust domain and the
+// control plane keeps secrets and callers from meeting in it
+// (control.Config.Isolating).
+type CommandIsolator interface {
+	Provider
+	// IsolatesCommands reports whether this provider, on this host, does.
+	IsolatesCommands() bool
+}
+
 // LeaseMeter is a Provider that can tell what a lease's sandbox consumed
 // since Start, all its processes together: the commands', those they left
 // running, and the sandbox's own.

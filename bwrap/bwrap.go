@@ -233,6 +233,10 @@ func (o *Options) prepare(acct string) []string {
 // Name returns "bwrap".
 func (p *Provider) Name() string { return Name }
 
+// IsolatesCommands implements bothy.CommandIsolator: each command is its
+// own Landlock domain, when the host has Landlock ABI 2 or later.
+func (p *Provider) IsolatesCommands() bool { return landlockABI() >= minLandlockABI }
+
 // WorkspaceUID reserves the lease's uid (the first free one of the range,
 // or the one already reserved for it) and returns it; Start uses it.
 func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error) {

@@ -49,7 +49,15 @@ func (c *Controller) RunCommand(ctx context.Context, tenantID, computerID string
 	c.mu.Lock()
 	c.specs[cmd.ID] = spec
 	c.mu.Unlock()
-	created, err := c.store.CreateCommand(ctx, cmd)
+	// On a sandbox that cannot keep commands apart, the check and the
+	// command's creation are one step (admitShared).
+	c.sharedMu.Lock()
+	err = c.admitShared(ctx, comp, &req)
+	created := false
+	if err == nil {
+		created, err = c.store.CreateCommand(ctx, cmd)
+	}
+	c.sharedMu.Unlock()
 	if err != nil || !created {
 		c.mu.Lock()
 		delete(c.specs, cmd.ID)

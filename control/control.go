@@ -51,6 +51,11 @@ type Config struct {
 	// serves it ("standard" → "bwrap"). A profile missing here is refused,
 	// never served by another provider.
 	Profiles map[string]string
+	// Isolating names the providers that keep one command's processes
+	// from another's in one sandbox (bothy.CommandIsolator). On any other
+	// provider a lease is one trust domain for secrets (see
+	// admitShared); a provider missing here is taken not to isolate.
+	Isolating map[string]bool
 	// AgentToken authenticates agents' polls.
 	AgentToken string
 	// Signer signs lease credentials; nil is a random key.
@@ -109,6 +114,9 @@ type Controller struct {
 	receipts     *receipt.Signer
 	policyDigest string // of cfg.Profiles, stated in every receipt
 	now          func() time.Time
+
+	// sharedMu orders the admissions that admitShared checks.
+	sharedMu sync.Mutex
 
 	mu       sync.Mutex
 	version  int64

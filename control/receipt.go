@@ -137,18 +137,14 @@ func (c *Controller) issueLease(ctx context.Context, l *bothy.Lease, use *bothy.
 // leaseUsage totals the usage of the commands the lease ran.
 func (c *Controller) leaseUsage(ctx context.Context, l *bothy.Lease) (bothy.Usage, error) {
 	var total bothy.Usage
-	for off := 0; ; off += 1000 {
-		cmds, err := c.store.ListCommands(ctx, l.TenantID, bothy.CommandFilter{ComputerID: l.ComputerID, LeaseID: l.ID, Offset: off, Limit: 1000})
-		if err != nil {
-			return total, err
-		}
-		for _, cmd := range cmds {
-			total.Add(cmd.Usage)
-		}
-		if len(cmds) < 1000 {
-			return total, nil
-		}
+	cmds, err := c.listAll(ctx, l.TenantID, bothy.CommandFilter{ComputerID: l.ComputerID, LeaseID: l.ID})
+	if err != nil {
+		return total, err
 	}
+	for _, cmd := range cmds {
+		total.Add(cmd.Usage)
+	}
+	return total, nil
 }
 
 // newBody starts a receipt body with what every receipt states.

@@ -110,6 +110,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	cc.Profiles, cc.AgentToken, cc.Logger = cfg.Profiles, cfg.AgentToken, cfg.Logger
 	cc.Receipts, cc.Version = receipt.NewSigner(cfg.ReceiptKey), cfg.Version
+	// Only the in-process agent's providers are known to isolate: a
+	// remote agent's host may lack what they need (its kernel's Landlock).
+	cc.Isolating = map[string]bool{}
+	for _, p := range cfg.Providers {
+		if i, ok := p.(bothy.CommandIsolator); ok && i.IsolatesCommands() {
+			cc.Isolating[p.Name()] = true
+		}
+	}
 	ctl := control.New(cfg.Store, cc)
 	names := make([]string, 0, len(cfg.Profiles))
 	for name := range cfg.Profiles {
