@@ -78,10 +78,21 @@ func (p *Principal) CanUseProfile(profile string) bool {
 // expire and be revoked like any token.
 const ScopeAgentPrefix = "agent:"
 
+// ScopeEnrolPrefix makes a token a join token: "enrol:ID" may be
+// exchanged, once, for an expiring agent token of agent ID (POST
+// /runtime/v1/agent/credential), and nothing else. Like agent:ID it is the
+// only scope of its token.
+const ScopeEnrolPrefix = "enrol:"
+
 // AgentOf returns the agent id of an agent token's scopes, or "".
-func AgentOf(scopes []string) string {
+func AgentOf(scopes []string) string { return singleScope(scopes, ScopeAgentPrefix) }
+
+// EnrolOf returns the agent id of a join token's scopes, or "".
+func EnrolOf(scopes []string) string { return singleScope(scopes, ScopeEnrolPrefix) }
+
+func singleScope(scopes []string, prefix string) string {
 	if len(scopes) == 1 {
-		if id, ok := strings.CutPrefix(scopes[0], ScopeAgentPrefix); ok {
+		if id, ok := strings.CutPrefix(scopes[0], prefix); ok {
 			return id
 		}
 	}
@@ -96,11 +107,13 @@ func ValidateScopes(scopes []string) error {
 		return Errorf(EINVALID, "a token needs at least one scope")
 	}
 	for _, s := range scopes {
-		if id, ok := strings.CutPrefix(s, ScopeAgentPrefix); ok {
-			if len(scopes) != 1 {
-				return Errorf(EINVALID, "an agent token (%s) has no other scope", s)
+		for _, prefix := range []string{ScopeAgentPrefix, ScopeEnrolPrefix} {
+			if id, ok := strings.CutPrefix(s, prefix); ok {
+				if len(scopes) != 1 {
+					return Errorf(EINVALID, "an agent or join token (%s) has no other scope", s)
+				}
+				return ValidateID("agent id", id)
 			}
-			return ValidateID("agent id", id)
 		}
 	}
 	for _, s := range scopes {
@@ -152,4 +165,9 @@ type TokenService interface {
 	// RevokeToken revokes a token of the tenant; revoking it again is not an
 	// error. A missing token, or one of another tenant, is ENOTFOUND.
 	RevokeToken(ctx context.Context, tenantID, id string) error
+	// ConsumeToken resolves a secret as ResolveToken does and revokes its
+	// token in the same step, for a token that may be used once (a join
+	// token): of concurrent calls with one secret exactly one succeeds;
+	// the others, and every later call, are EUNAUTHORIZED.
+	ConsumeToken(ctx context.Context, secret string) (*Principal, error)
 }

@@ -38,6 +38,9 @@ type Config struct {
 	// agent's token for polling it.
 	Control runtime.Control
 	Token   string
+	// TokenSource, if set, is called for the token of each poll instead
+	// of Token: an enrolled agent's token changes when it is renewed.
+	TokenSource func() string
 	// Providers run sandboxes, by name.
 	Providers map[string]bothy.Provider
 	// Blobs is the blob store that revisions' packs live in, and Cache the
@@ -153,7 +156,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.polls++
 		poll := a.polls
 		a.mu.Unlock()
-		resp, err := a.cfg.Control.Poll(ctx, a.cfg.Token, &runtime.PollRequest{
+		resp, err := a.cfg.Control.Poll(ctx, a.token(), &runtime.PollRequest{
 			AgentID: a.cfg.ID, Leases: a.held(), Version: a.version, Wait: a.cfg.PollWait,
 		})
 		if err != nil {
@@ -180,7 +183,7 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) lastStops(work context.Context) {
 	ctx, cancel := context.WithTimeout(work, time.Second)
 	defer cancel()
-	resp, err := a.cfg.Control.Poll(ctx, a.cfg.Token, &runtime.PollRequest{AgentID: a.cfg.ID, Leases: a.held(), Version: a.version})
+	resp, err := a.cfg.Control.Poll(ctx, a.token(), &runtime.PollRequest{AgentID: a.cfg.ID, Leases: a.held(), Version: a.version})
 	if err != nil {
 		return
 	}
@@ -316,6 +319,14 @@ func (a *Agent) reportAgain(ctx context.Context, w *runtime.LeaseWork, ts *tombs
 		return
 	}
 	a.log.Info("lease reported released again: the control plane still listed it", "lease", w.LeaseID, "disposition", ts.report.Disposition)
+}
+
+// token returns the token to poll with.
+func (a *Agent) token() string {
+	if a.cfg.TokenSource != nil {
+		return a.cfg.TokenSource()
+	}
+	return a.cfg.Token
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -28,21 +28,24 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultLeaseTTL     = 60 * time.Second
-	DefaultIdleTimeout  = 5 * time.Minute
-	DefaultMaxLifetime  = 12 * time.Hour
-	DefaultAckTimeout   = 15 * time.Second
-	DefaultPollWait     = 10 * time.Second
-	maxPollWait         = 30 * time.Second
-	stopWait            = 2 * time.Minute
-	reconcileInterval   = 2 * time.Second
-	fallbackWakeup      = time.Second
-	agentFreshness      = 30 * time.Second
-	unreleasedHorizon   = 100 * 365 * 24 * time.Hour // past every lease's expiry
-	faultAfterDispatch  = "after_dispatch"
-	faultAfterLease     = "after_lease_acquired"
-	faultAfterAdmit     = "after_admit"
-	faultBeforeRunReply = "before_running_report"
+	DefaultLeaseTTL    = 60 * time.Second
+	DefaultIdleTimeout = 5 * time.Minute
+	DefaultMaxLifetime = 12 * time.Hour
+	DefaultAckTimeout  = 15 * time.Second
+	// DefaultAgentCredentialTTL is the lifetime of an enrolled agent's
+	// token; the agent renews it at half its life.
+	DefaultAgentCredentialTTL = 24 * time.Hour
+	DefaultPollWait           = 10 * time.Second
+	maxPollWait               = 30 * time.Second
+	stopWait                  = 2 * time.Minute
+	reconcileInterval         = 2 * time.Second
+	fallbackWakeup            = time.Second
+	agentFreshness            = 30 * time.Second
+	unreleasedHorizon         = 100 * 365 * 24 * time.Hour // past every lease's expiry
+	faultAfterDispatch        = "after_dispatch"
+	faultAfterLease           = "after_lease_acquired"
+	faultAfterAdmit           = "after_admit"
+	faultBeforeRunReply       = "before_running_report"
 )
 
 // Config configures a Controller.
@@ -89,6 +92,9 @@ type Config struct {
 	// runtime's acknowledgement before the control plane asks about it
 	// (may_have_started).
 	AckTimeout time.Duration
+	// AgentCredentialTTL is how long an agent token from AgentCredential
+	// (enrolment or renewal) lives; 0 is DefaultAgentCredentialTTL.
+	AgentCredentialTTL time.Duration
 	// Fault, if set, is called at each fault-injection point, for crash
 	// tests that kill the process there: "after_admit" (a command was
 	// admitted, and neither a lease reserved for it nor an agent woken),
@@ -180,6 +186,9 @@ func New(store bothy.Store, cfg Config) *Controller {
 	}
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = DefaultAckTimeout
+	}
+	if cfg.AgentCredentialTTL <= 0 {
+		cfg.AgentCredentialTTL = DefaultAgentCredentialTTL
 	}
 	return &Controller{
 		store: store, cfg: cfg, signer: cfg.Signer, log: cfg.Logger, now: time.Now, started: time.Now(),

@@ -27,6 +27,7 @@ const (
 	pathApplied      = PathPrefix + "lease/applied"
 	pathReport       = PathPrefix + "commands/{id}/report"
 	pathEvents       = PathPrefix + "commands/{id}/events"
+	pathCredential   = PathPrefix + "agent/credential"
 )
 
 // Caps of request bodies by route. MaxBody bounds a poll (the leases an
@@ -58,6 +59,9 @@ type Authenticator interface {
 	AuthenticateAgent(ctx context.Context, token string) error
 	// AuthenticateLease checks a lease credential's signature and expiry.
 	AuthenticateLease(ctx context.Context, cred string) error
+	// AuthenticateEnrol checks a join token or a store agent token, for
+	// any agent: AgentCredential then checks it fully.
+	AuthenticateEnrol(ctx context.Context, token string) error
 }
 
 // A Server is a Control that Handler can serve.
@@ -162,6 +166,13 @@ func Handler(c Server, log *slog.Logger, budget Budget) http.Handler {
 			return nil, err
 		}
 		return c.AppendEvents(r.Context(), tok, r.PathValue("id"), req.Events)
+	})
+	handle(pathCredential, c.AuthenticateEnrol, MaxSmallBody, func(r *http.Request, tok string, dec func(any) error) (any, error) {
+		var req CredentialRequest
+		if err := dec(&req); err != nil {
+			return nil, err
+		}
+		return c.AgentCredential(r.Context(), tok, &req)
 	})
 	return mux
 }
@@ -312,4 +323,9 @@ func (c *Client) Report(ctx context.Context, cred, commandID string, req *Report
 func (c *Client) AppendEvents(ctx context.Context, cred, commandID string, events []bothy.Event) (*EventsResponse, error) {
 	var out EventsResponse
 	return &out, c.call(ctx, strings.Replace(pathEvents, "{id}", commandID, 1), cred, eventsRequest{events}, &out)
+}
+
+func (c *Client) AgentCredential(ctx context.Context, token string, req *CredentialRequest) (*CredentialResponse, error) {
+	var out CredentialResponse
+	return &out, c.call(ctx, pathCredential, token, req, &out)
 }

@@ -267,4 +267,23 @@ type Control interface {
 	// stored seq, which the runtime acknowledges to its supervisor. A
 	// command that has ended takes no events (ECONFLICT).
 	AppendEvents(ctx context.Context, cred, commandID string, events []bothy.Event) (*EventsResponse, error)
+	// AgentCredential gives agent req.AgentID a new agent token (a store
+	// token whose only scope is agent:ID) that expires after the control
+	// plane's credential lifetime, for token: a join token of that agent
+	// (scope enrol:ID), which it consumes (a second use is
+	// EUNAUTHORIZED), or the agent's current agent token, which it
+	// revokes (a renewal). The server's own agent token gets none
+	// (EUNAUTHORIZED): it never expires and stays in-process.
+	AgentCredential(ctx context.Context, token string, req *CredentialRequest) (*CredentialResponse, error)
+}
+
+// CredentialRequest asks AgentCredential for an agent token.
+type CredentialRequest struct {
+	AgentID string `json:"agent_id"`
+}
+
+// CredentialResponse is a new agent token and when it expires.
+type CredentialResponse struct {
+	Token     string    `json:"token"`
+	ExpiresAt time.Time `json:"expires_at"`
 }

@@ -1,7 +1,7 @@
 // Package runtimetest is the conformance suite for runtime.Control, the
 // control plane as a runtime sees it. The suite plays the agent, driving
-// Poll, Ready, Report, AppendEvents, Commit, Checkpointed, Applied and
-// Released by hand, and the API side through the same control plane's
+// Poll, Ready, Report, AppendEvents, Commit, Checkpointed, Applied,
+// Released and AgentCredential by hand, and the API side through the same control plane's
 // ComputeService. Every implementation calls TestControl from its tests:
 // the controller directly, and the runtime HTTP client over the runtime
 // HTTP handler.
@@ -47,6 +47,7 @@ func TestControl(t *testing.T, open func(t *testing.T) *Env) {
 	t.Run("Report", func(t *testing.T) { testReport(t, open) })
 	t.Run("AppendEvents", func(t *testing.T) { testAppendEvents(t, open) })
 	t.Run("StaleGeneration", func(t *testing.T) { testStaleGeneration(t, open) })
+	t.Run("AgentCredential", func(t *testing.T) { testAgentCredential(t, open) })
 }
 
 // agentID is the agent the suite plays.

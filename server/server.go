@@ -9,6 +9,7 @@ package server
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"debug/buildinfo"
 	"errors"
 	"io"
@@ -47,8 +48,12 @@ type Config struct {
 	Policy *bothy.Policy
 	// Profiles maps profiles to provider names.
 	Profiles map[string]string
-	// AgentToken authenticates agents.
+	// AgentToken authenticates agents: the in-process agent, which polls
+	// with it (agents elsewhere hold tokens of the store).
 	AgentToken string
+	// AgentTLS, if set, is the in-process agent's TLS configuration for
+	// dialing the server's own HTTPS listener.
+	AgentTLS *tls.Config
 	// Agent runs an in-process agent with these providers, which spawns
 	// supervisors with SupervisorCommand (Exe). No providers means no
 	// in-process agent.
@@ -201,7 +206,7 @@ func (s *Server) newAgent(url string) (*agent.Agent, error) {
 	if s.cfg.Policy != nil {
 		allow = s.cfg.Policy.EgressAllowPrivate
 	}
-	return NewAgent(AgentConfig{Data: s.cfg.Data, ID: s.cfg.AgentID, URL: url, Token: s.cfg.AgentToken, Blobs: s.cfg.Blobs,
+	return NewAgent(AgentConfig{Data: s.cfg.Data, ID: s.cfg.AgentID, URL: url, Token: s.cfg.AgentToken, TLS: s.cfg.AgentTLS, Blobs: s.cfg.Blobs,
 		Providers: s.cfg.Providers, Supervisor: s.cfg.SupervisorCommand, Workspace: s.cfg.Workspace,
 		EgressAllowPrivate: allow, OwnListeners: s.cfg.Listeners, Logger: s.cfg.Logger})
 }
@@ -211,10 +216,15 @@ type AgentConfig struct {
 	// Data is the data directory: leases in DATA/agent, the host cache in
 	// DATA/cache.
 	Data, ID string
-	// URL is the control plane's, and Token the agent token.
-	URL, Token string
-	Blobs      bothy.BlobStore
-	Providers  []bothy.Provider
+	// URL is the control plane's, and Token the agent token, or
+	// TokenSource its source (an enrolled agent's Credential.Token).
+	URL, Token  string
+	TokenSource func() string
+	// TLS, if set, is how the agent checks the control plane's
+	// certificate (nil: the system's roots, for an https URL).
+	TLS       *tls.Config
+	Blobs     bothy.BlobStore
+	Providers []bothy.Provider
 	// Supervisor is the command that runs a lease's supervisor.
 	Supervisor []string
 	// Workspace is agent.Config.Workspace.
@@ -260,7 +270,7 @@ func NewAgent(cfg AgentConfig) (*agent.Agent, error) {
 		eg = &agent.Egress{Broker: egress.NewBroker(egress.BrokerOptions{AllowPrivate: allow, OwnListeners: own, Logger: cfg.Logger})}
 	}
 	return agent.New(agent.Config{
-		ID: cfg.ID, Dir: filepath.Join(cfg.Data, "agent"), Control: runtime.NewClient(cfg.URL), Token: cfg.Token,
+		ID: cfg.ID, Dir: filepath.Join(cfg.Data, "agent"), Control: RuntimeClient(cfg.URL, cfg.TLS), Token: cfg.Token, TokenSource: cfg.TokenSource,
 		Providers: provs, Blobs: cfg.Blobs, Cache: cache, Workspace: cfg.Workspace, SupervisorCommand: cfg.Supervisor,
 		Egress: eg, Logger: cfg.Logger,
 	})

@@ -76,6 +76,26 @@ func (s *DB) ResolveToken(ctx context.Context, secret string) (*bothy.Principal,
 	return &p, nil
 }
 
+// ConsumeToken resolves the secret and revokes its token: the revocation
+// is conditional on the token being unrevoked, so one caller wins.
+func (s *DB) ConsumeToken(ctx context.Context, secret string) (*bothy.Principal, error) {
+	p, err := s.ResolveToken(ctx, secret)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.db.ExecContext(ctx, s.q(`UPDATE tokens SET revoked_at = ? WHERE digest = ? AND revoked_at IS NULL`),
+		s.timeArg(now()), bothy.TokenDigest(secret))
+	if err != nil {
+		return nil, fmt.Errorf("consume token: %w", s.classify(err))
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return nil, fmt.Errorf("consume token: %w", s.classify(err))
+	} else if n != 1 {
+		return nil, bothy.Errorf(bothy.EUNAUTHORIZED, "invalid, expired or revoked token")
+	}
+	return p, nil
+}
+
 // RevokeToken marks a token revoked, keeping the first revocation time.
 func (s *DB) RevokeToken(ctx context.Context, tenantID, id string) error {
 	err := s.withTx(ctx, func(tx *sql.Tx) error {

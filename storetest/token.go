@@ -3,6 +3,7 @@ package storetest
 import (
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -143,5 +144,54 @@ func testTokens(t *testing.T, open opener) {
 		if _, err := s.ResolveToken(t.Context(), secret); err != nil {
 			t.Fatal(err)
 		}
+	})
+
+	run(t, "ConsumeToken/Once", func(t *testing.T) {
+		s := open(t)
+		mustCreateTenant(t, s, "acme")
+		_, secret, err := s.CreateToken(t.Context(), "acme", "agents", []string{bothy.ScopeEnrolPrefix + "host-1"}, time.Now().Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Of concurrent consumers exactly one gets the principal.
+		const n = 8
+		wins := make(chan *bothy.Principal, n)
+		var wg sync.WaitGroup
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p, err := s.ConsumeToken(t.Context(), secret)
+				if err == nil {
+					wins <- p
+				} else if bothy.ErrorCode(err) != bothy.EUNAUTHORIZED {
+					t.Errorf("a losing consumer: %v, want unauthorized", err)
+				}
+			}()
+		}
+		wg.Wait()
+		close(wins)
+		var got []*bothy.Principal
+		for p := range wins {
+			got = append(got, p)
+		}
+		if len(got) != 1 || bothy.EnrolOf(got[0].Scopes) != "host-1" || got[0].TenantID != "acme" {
+			t.Fatalf("consumers that won: %+v, want one with enrol:host-1", got)
+		}
+		_, err = s.ConsumeToken(t.Context(), secret)
+		WantCode(t, err, bothy.EUNAUTHORIZED)
+		_, err = s.ResolveToken(t.Context(), secret)
+		WantCode(t, err, bothy.EUNAUTHORIZED)
+	})
+
+	run(t, "ConsumeToken/Expired", func(t *testing.T) {
+		s := open(t)
+		mustCreateTenant(t, s, "acme")
+		_, secret, err := s.CreateToken(t.Context(), "acme", "agents", []string{bothy.ScopeEnrolPrefix + "host-1"}, time.Now().Add(-time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.ConsumeToken(t.Context(), secret)
+		WantCode(t, err, bothy.EUNAUTHORIZED)
 	})
 }

@@ -23,6 +23,7 @@ var defaultScopes = []string{bothy.ScopeComputersRead, bothy.ScopeComputersWrite
 const adminUsage = `usage:
   bothy admin token create --tenant T --owner O [--scopes a,b] [--expires D] [--json]
   bothy admin token revoke --tenant T TOKEN_ID
+  bothy admin agent join --id ID [--expires 1h]   a one-time join token for bothy agent --join-token-file
   bothy admin secret put --tenant T NAME < VALUE
 scopes: ` + "computers:read, computers:write, files:read, files:write, admin, profile:NAME (a token without profile scopes may use the standard profile only), egress:allowlist|all, secret:NAME|*, budget:cpu-seconds|wall-seconds|bytes=N; or alone agent:ID, an agent's token (bothy agent --id ID)"
 
@@ -31,6 +32,9 @@ scopes: ` + "computers:read, computers:write, files:read, files:write, admin, pr
 func runAdmin(ctx context.Context, args []string) error {
 	if len(args) >= 2 && args[0] == "secret" && args[1] == "put" {
 		return runSecretPut(args[2:])
+	}
+	if len(args) >= 2 && args[0] == "agent" && args[1] == "join" {
+		return runAgentJoin(ctx, args[2:])
 	}
 	if len(args) < 2 || args[0] != "token" {
 		return bothy.Errorf(bothy.EINVALID, "%s", adminUsage)
@@ -89,6 +93,33 @@ func runTokenCreate(ctx context.Context, args []string) error {
 		}{tok, secret})
 	}
 	fmt.Fprintf(os.Stderr, "created token %s for tenant %s, owner %s, scopes %s\n", tok.ID, tok.TenantID, tok.Owner, strings.Join(tok.Scopes, ","))
+	fmt.Println(secret)
+	return nil
+}
+
+// runAgentJoin prints a join token: the agent ID exchanges it, once, for
+// an expiring agent token of its own (bothy agent --join-token-file).
+func runAgentJoin(ctx context.Context, args []string) error {
+	var cfg config
+	fs := flag.NewFlagSet("admin agent join", flag.ContinueOnError)
+	id := fs.String("id", "", "the agent's id (bothy agent --id; required)")
+	expires := fs.Duration("expires", time.Hour, "how long the join token may wait for its use")
+	args, err := parseFlags(fs, &cfg, args)
+	if err != nil {
+		return err
+	} else if len(args) != 0 || *id == "" || *expires <= 0 {
+		return bothy.Errorf(bothy.EINVALID, "%s", adminUsage)
+	}
+	e, err := openEnv(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	tok, secret, err := e.store.CreateToken(ctx, e.tenant.ID, "agents", []string{bothy.ScopeEnrolPrefix + *id}, time.Now().Add(*expires))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "created join token %s for agent %s, usable once until %s\n", tok.ID, *id, tok.ExpiresAt.Format(time.RFC3339))
 	fmt.Println(secret)
 	return nil
 }

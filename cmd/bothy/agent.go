@@ -6,10 +6,11 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
+	neturl "net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -208,69 +209,95 @@ func runAgent(ctx context.Context, args []string) error {
 	var cfg config
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	url := fs.String("control", os.Getenv("BOTHY_URL"), "the control plane's URL")
-	tokenFile := fs.String("agent-token-file", "", "file holding the agent token: the server's DATA/agent.token, or a token with the single scope agent:ID (bothy admin token create --scopes agent:ID --expires D)")
-	id := fs.String("id", agentID(), "the agent's id (an agent:ID token polls as that id only)")
+	tokenFile := fs.String("agent-token-file", "", "file holding a token with the single scope agent:ID (bothy admin token create --scopes agent:ID --expires D), instead of enrolling")
+	joinFile := fs.String("join-token-file", "", "file holding a one-time join token (bothy admin agent join --id ID), exchanged at the first start for an expiring agent token kept in DATA/"+bserver.CredentialFile+" and renewed at half its life")
+	caFile := fs.String("ca-file", os.Getenv("BOTHY_CA"), "PEM certificates that the control plane's must chain to (its DATA/tls/ca.pem for --tls-self-signed; default: env BOTHY_CA, else the system's roots)")
+	id := fs.String("id", agentID(), "the agent's id (its token polls as that id only)")
 	allowPrivate := fs.String("egress-allow-private", "", "CIDR prefixes (comma-separated) the egress broker may reach although loopback or private; the metadata address stays denied")
 	workspace := fs.String("workspace", "overlay", workspaceUsage)
 	args, err := parseFlags(fs, &cfg, args)
+	usage := "usage: bothy agent --control URL [--join-token-file FILE | --agent-token-file FILE] [--ca-file PEM] [--id ID] [--data DIR] --blobs URL [--workspace overlay|copy]"
 	if err != nil {
 		return err
-	} else if len(args) != 0 || *url == "" || *tokenFile == "" {
-		return bothy.Errorf(bothy.EINVALID, "usage: bothy agent --control URL --agent-token-file FILE [--id ID] [--data DIR] [--blobs URL] [--workspace overlay|copy]")
+	} else if len(args) != 0 || *url == "" {
+		return bothy.Errorf(bothy.EINVALID, "%s", usage)
+	} else if *tokenFile != "" && *joinFile != "" {
+		return bothy.Errorf(bothy.EINVALID, "--agent-token-file and --join-token-file exclude each other")
 	} else if cfg.blobs == "" {
 		return bothy.Errorf(bothy.EINVALID, "bothy agent needs --blobs: the control plane's blob store (its DATA/blobs, or gs://...)")
 	}
-	b, err := os.ReadFile(*tokenFile)
+	if err := os.MkdirAll(cfg.data, 0o700); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	_, tlsConfig, err := caClient(*caFile)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(cfg.data, 0o700); err != nil {
-		return err
+	if strings.HasPrefix(*url, "http://") && !loopbackURL(*url) {
+		log.Warn("the control plane's URL is plain HTTP beyond loopback: the agent token, lease credentials and secret values cross the network in clear text", "control", *url)
+	}
+	ac := bserver.AgentConfig{Data: cfg.data, ID: *id, URL: *url, TLS: tlsConfig, Logger: log}
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return err
+		}
+		ac.Token = strings.TrimSpace(string(b))
+	} else {
+		join := ""
+		if *joinFile != "" {
+			b, err := os.ReadFile(*joinFile)
+			if err != nil {
+				return err
+			}
+			join = strings.TrimSpace(string(b))
+		}
+		cred, err := bserver.LoadCredential(ctx, cfg.data, *id, bserver.RuntimeClient(*url, tlsConfig), join, log)
+		if err != nil {
+			return err
+		}
+		go cred.Run(ctx)
+		ac.TokenSource = cred.Token
 	}
 	blobs, err := openBlobs(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	sup, err := bserver.Exe()
 	if err != nil {
 		return err
 	}
-	var allow []string
-	for s := range strings.SplitSeq(*allowPrivate, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			allow = append(allow, s)
-		}
-	}
-	ag, err := bserver.NewAgent(bserver.AgentConfig{Data: cfg.data, ID: *id, URL: *url, Token: strings.TrimSpace(string(b)),
-		Blobs: blobs, Providers: providers.All(), Supervisor: sup, Workspace: hostcache.Mode(*workspace), EgressAllowPrivate: allow, Logger: log})
+	ac.Blobs, ac.Providers, ac.Supervisor, ac.Workspace, ac.EgressAllowPrivate = blobs, providers.All(), sup, hostcache.Mode(*workspace), splitList(*allowPrivate)
+	ag, err := bserver.NewAgent(ac)
 	if err != nil {
 		return err
 	}
 	return ag.Run(ctx)
 }
 
-// readOrCreateSecret returns the secret in path, creating it (mode 0600)
-// if the file is missing.
-func readOrCreateSecret(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err == nil && len(strings.TrimSpace(string(b))) >= 32 {
-		// A secret file others can read is tightened, as the admin
-		// token's is.
-		if fi, serr := os.Stat(path); serr == nil && fi.Mode().Perm()&0o077 != 0 {
-			if err := os.Chmod(path, 0o600); err != nil {
-				return "", fmt.Errorf("protect %s: %w", path, err)
-			}
-		}
-		return strings.TrimSpace(string(b)), nil
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", err
-	}
+// newAgentSecret returns a new agent token for the in-process agent.
+func newAgentSecret() string {
 	raw := make([]byte, 32)
 	rand.Read(raw)
-	secret := "bat_" + hex.EncodeToString(raw)
-	if err := writeSecret(path, secret); err != nil {
-		return "", fmt.Errorf("agent token: %w", err)
+	return "bat_" + hex.EncodeToString(raw)
+}
+
+// fileExists reports whether path names something.
+func fileExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// loopbackURL reports whether a URL's host is a loopback address or
+// localhost.
+func loopbackURL(s string) bool {
+	u, err := neturl.Parse(s)
+	if err != nil {
+		return false
 	}
-	return secret, nil
+	if ip := net.ParseIP(u.Hostname()); ip != nil {
+		return ip.IsLoopback()
+	}
+	return strings.EqualFold(u.Hostname(), "localhost")
 }

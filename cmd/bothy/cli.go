@@ -68,7 +68,15 @@ func (f *remoteFlags) client() (*bhttp.Client, error) {
 	} else if token == "" {
 		return nil, bothy.Errorf(bothy.EINVALID, "no token: set BOTHY_TOKEN or pass --token (bothy serve prints both)")
 	}
-	return bhttp.NewClient(url, token), nil
+	c := bhttp.NewClient(url, token)
+	// BOTHY_CA names the certificates an https server's must chain to
+	// (bothy serve --tls-self-signed prints it).
+	hc, _, err := caClient(os.Getenv("BOTHY_CA"))
+	if err != nil {
+		return nil, err
+	}
+	c.HTTPClient = hc
+	return c, nil
 }
 
 // parseArgs parses flags anywhere among the arguments, as people type them

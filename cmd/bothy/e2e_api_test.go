@@ -55,7 +55,11 @@ func (a *apiClient) call(method, path string, body any, out any) (int, []byte) {
 	}
 	req, _ := nethttp.NewRequest(method, a.c.URL+path, r)
 	req.Header.Set("Authorization", "Bearer "+a.c.Token)
-	resp, err := nethttp.DefaultClient.Do(req)
+	hc := nethttp.DefaultClient
+	if a.c.HTTPClient != nil {
+		hc = a.c.HTTPClient
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		a.t.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -53,11 +53,15 @@ commands over the API (server and token from BOTHY_URL and BOTHY_TOKEN, or --url
                             published key (BOTHY_URL; no token needed); exit 1 naming what failed
 
 commands on the data directory:
-  serve [--listen ADDR] [--receipt-key FILE] [--policy FILE | --profiles ... --lease-* ... --egress-allow-private CIDR,...]
+  serve [--listen ADDR] [--receipt-key FILE] [--tls-cert F --tls-key F | --tls-self-signed]
+        [--policy FILE | --profiles ... --lease-* ... --egress-allow-private CIDR,...]
                             run the API server (first start: creates DATA/admin.token and DATA/receipt.key,
-                            prints BOTHY_URL and BOTHY_TOKEN); "bothy serve -h" lists the policy flags
-  agent --control URL --agent-token-file F --blobs URL [--egress-allow-private CIDR,...]
-                            run an agent that dials a control plane
+                            prints BOTHY_URL and BOTHY_TOKEN, and BOTHY_CA with --tls-self-signed);
+                            "bothy serve -h" lists the policy flags
+  agent --control URL --id ID [--join-token-file F | --agent-token-file F] [--ca-file PEM] --blobs URL
+                            run an agent that dials a control plane (enrols once with a join token)
+  admin agent join --id ID [--expires 1h]
+                            print a one-time join token for that agent
   admin token create --owner O [--scopes a,b] [--expires D]
                             print a new API token of --tenant (created if missing)
   admin token revoke ID     revoke a token of --tenant

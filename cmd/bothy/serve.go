@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -61,8 +62,13 @@ type serveOptions struct {
 	rc         runConfig
 	addr       string
 	receiptKey string
-	policy     *bothy.Policy
-	log        *slog.Logger
+	// TLS: a certificate and key, or a self-signed CA in DATA/tls.
+	tlsCert, tlsKey, tlsHosts string
+	tlsSelfSigned             bool
+	agentTLS                  *tls.Config // the in-process agent's, pinned to the served certificate
+	tlsCA                     string      // the self-signed CA's certificate file, printed as BOTHY_CA
+	policy                    *bothy.Policy
+	log                       *slog.Logger
 }
 
 // parseServe parses serve's flags, including the policy they make.
@@ -71,6 +77,10 @@ func parseServe(args []string) (*serveOptions, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.StringVar(&o.addr, "listen", "127.0.0.1:8080", "address to listen on")
 	debugLog := fs.Bool("debug", false, "log every request")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this PEM certificate (chain) file, with --tls-key")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "the PEM private key of --tls-cert")
+	fs.BoolVar(&o.tlsSelfSigned, "tls-self-signed", false, "serve HTTPS with a certificate from a CA made in DATA/tls on first start (its ca.pem goes to agents and clients: --ca-file, BOTHY_CA)")
+	fs.StringVar(&o.tlsHosts, "tls-hosts", "", "with --tls-self-signed, more names and addresses (comma-separated) the certificate is for, besides loopback, the host name and the listening addresses")
 	fs.StringVar(&o.receiptKey, "receipt-key", "", "Ed25519 key that signs receipts: PEM PKCS #8 or a 32-byte seed, mode 0600 (default: DATA/receipt.key, created on first start)")
 	o.rc.register(fs)
 	args, err := parseFlags(fs, &o.cfg, args)
@@ -106,12 +116,26 @@ func (o *serveOptions) listen(ctx context.Context, e *env) (net.Listener, string
 	if err != nil {
 		return nil, "", nil, fmt.Errorf("listen: %w", err)
 	}
-	url := "http://" + displayAddr(ln.Addr())
+	addr := ln.Addr()
+	scheme := "http://"
+	if cert, ok, err := o.serveTLS(ln); err != nil {
+		ln.Close()
+		return nil, "", nil, err
+	} else if ok {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+		o.agentTLS, scheme = pinned(cert), "https://"
+	} else if tcp, isTCP := addr.(*net.TCPAddr); isTCP && !tcp.IP.IsLoopback() {
+		o.log.Warn("serving plain HTTP beyond loopback: tokens, lease credentials and secret values cross the network in clear text; use --tls-cert/--tls-key or --tls-self-signed", "listen", addr.String())
+	}
+	url := scheme + displayAddr(addr)
 	fmt.Printf("export BOTHY_URL=%s\n", url)
 	if created {
 		fmt.Printf("export BOTHY_TOKEN=%s\n", secret)
 	} else {
 		fmt.Printf("export BOTHY_TOKEN=\"$(cat '%s')\"\n", strings.ReplaceAll(tokenPath, "'", `'\''`))
+	}
+	if o.tlsCA != "" {
+		fmt.Printf("export BOTHY_CA=%s\n", shellQuote(o.tlsCA))
 	}
 	return ln, url, key, nil
 }
@@ -120,17 +144,24 @@ func (o *serveOptions) listen(ctx context.Context, e *env) (net.Listener, string
 // --no-agent, the in-process agent with this host's providers, whose
 // egress broker denies addr, where the API listens.
 func (o *serveOptions) newServer(e *env, key ed25519.PrivateKey, addr net.Addr) (*bserver.Server, error) {
-	agentToken, err := readOrCreateSecret(filepath.Join(o.cfg.data, "agent.token"))
-	if err != nil {
-		return nil, err
+	// The in-process agent's token lives in memory only, for this
+	// process: agents on other hosts enrol with a join token (bothy admin
+	// agent join) and hold expiring tokens of their own.
+	agentToken := newAgentSecret()
+	if old := filepath.Join(o.cfg.data, "agent.token"); fileExists(old) {
+		o.log.Warn("DATA/agent.token is no longer used and is removed: an agent on another host enrols with a join token (bothy admin agent join --id ID)", "path", old)
+		if err := os.Remove(old); err != nil {
+			return nil, err
+		}
 	}
 	sc := bserver.Config{
 		Data: o.cfg.data, Store: e.store, Blobs: e.blobs, Policy: o.policy, AgentToken: agentToken, Logger: o.log,
-		ReceiptKey: key, Version: buildVersion(), Listeners: ownListeners(addr),
+		ReceiptKey: key, Version: buildVersion(), Listeners: ownListeners(addr), AgentTLS: o.agentTLS,
 		Control: control.Config{IdleTimeout: o.rc.idle, MaxLifetime: o.rc.lifetime, Fault: faultHook,
 			Secrets: secretfile.NewStore(filepath.Join(o.cfg.data, "secrets"))},
 	}
 	if !o.rc.noAgent {
+		var err error
 		if sc.SupervisorCommand, err = bserver.Exe(); err != nil {
 			return nil, err
 		}

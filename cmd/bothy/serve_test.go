@@ -41,6 +41,7 @@ func bothyCmd(t *testing.T, args ...string) *exec.Cmd {
 type server struct {
 	cmd          *exec.Cmd
 	url, tokenLn string
+	caLn         string // serve's third line over TLS: export BOTHY_CA=...
 	stderr       *syncBuffer
 }
 
@@ -72,7 +73,8 @@ func startServeCmd(t *testing.T, cmd *exec.Cmd) *server {
 	go func() {
 		var ls []string
 		sc := bufio.NewScanner(out)
-		for len(ls) < 2 && sc.Scan() {
+		// Over TLS a third line names the self-signed CA.
+		for (len(ls) < 2 || (len(ls) < 3 && strings.HasPrefix(ls[0], "export BOTHY_URL=https:"))) && sc.Scan() {
 			ls = append(ls, sc.Text())
 		}
 		lines <- ls
@@ -80,14 +82,17 @@ func startServeCmd(t *testing.T, cmd *exec.Cmd) *server {
 	}()
 	select {
 	case ls := <-lines:
-		if len(ls) != 2 {
+		if len(ls) < 2 {
 			t.Fatalf("bothy serve printed %q; stderr:\n%s", ls, s.stderr)
 		}
 		var ok bool
-		if s.url, ok = strings.CutPrefix(ls[0], "export BOTHY_URL="); !ok || !strings.HasPrefix(s.url, "http://127.0.0.1:") {
+		if s.url, ok = strings.CutPrefix(ls[0], "export BOTHY_URL="); !ok || !(strings.HasPrefix(s.url, "http://127.0.0.1:") || strings.HasPrefix(s.url, "https://127.0.0.1:")) {
 			t.Fatalf("first line %q, want export BOTHY_URL=http://127.0.0.1:PORT", ls[0])
 		}
 		s.tokenLn = ls[1]
+		if len(ls) == 3 {
+			s.caLn = ls[2]
+		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("bothy serve printed nothing in 30s; stderr:\n%s", s.stderr)
 	}
