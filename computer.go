@@ -30,8 +30,13 @@ func ValidState(s string) bool {
 type Computer struct {
 	ID string `json:"id"`
 	// TenantID is never shown: the caller's token names the tenant.
-	TenantID       string `json:"-"`
-	Owner          string `json:"owner"`
+	TenantID string `json:"-"`
+	// Owner is the owner of the token that created it, or of its
+	// conversation: only tokens of this owner, or with ScopeComputersAny,
+	// may act on it ("" for a computer of an older server: AnyOwner only).
+	Owner string `json:"owner"`
+	// ConversationID groups computers; a conversation belongs to the owner
+	// of its first computer, and every computer in it to that owner.
 	ConversationID string `json:"conversation_id"`
 	Label          string `json:"label"`
 	// WorkJobID is the caller's external reference, stated in receipts.
@@ -75,6 +80,9 @@ func (c *Computer) Validate() error {
 
 // ComputerFilter selects computers of one tenant. Empty fields match all.
 type ComputerFilter struct {
+	// Owner keeps only that owner's computers: an API caller's list is
+	// its owner's unless its token holds ScopeComputersAny.
+	Owner          string
 	ConversationID string
 	Label          string
 	State          string
@@ -87,8 +95,14 @@ type ComputerService interface {
 	// CreateComputer stores c with State cold, Generation 0 and Revision 0
 	// unless set, and fills CreatedAt if it is zero. An existing ID returns
 	// ECONFLICT, a missing tenant ENOTFOUND, an unknown state EINVALID.
-	// Stored times come back in UTC with microsecond precision.
+	// Stored times come back in UTC with microsecond precision. The first
+	// computer of a conversation makes its Owner the conversation's owner,
+	// atomically; a computer of another owner in that conversation is
+	// ENOTFOUND (the conversation is not this owner's) and is not stored.
 	CreateComputer(ctx context.Context, c *Computer) error
+	// ConversationOwner returns the owner of a conversation of the tenant,
+	// or ENOTFOUND if it has no computer yet.
+	ConversationOwner(ctx context.Context, tenantID, conversationID string) (string, error)
 	// FindComputer returns the computer, or ENOTFOUND.
 	FindComputer(ctx context.Context, tenantID, id string) (*Computer, error)
 	// ListComputers returns the tenant's computers ordered by creation time,

@@ -18,11 +18,14 @@ const (
 	ScopeComputersWrite = "computers:write" // create, stop and destroy computers
 	ScopeFilesRead      = "files:read"      // read, stat, list, glob and grep files
 	ScopeFilesWrite     = "files:write"     // write, mkdir, rm, rename, symlink, chmod and batches
-	ScopeAdmin          = "admin"           // everything, including operator routes
+	// ScopeComputersAny lets the other scopes act on every owner's
+	// computers of the tenant, not only the token owner's.
+	ScopeComputersAny = "computers:any"
+	ScopeAdmin        = "admin" // everything, including operator routes
 )
 
 // AllScopes lists every scope, in documentation order.
-var AllScopes = []string{ScopeComputersRead, ScopeComputersWrite, ScopeFilesRead, ScopeFilesWrite, ScopeAdmin}
+var AllScopes = []string{ScopeComputersRead, ScopeComputersWrite, ScopeFilesRead, ScopeFilesWrite, ScopeComputersAny, ScopeAdmin}
 
 // TokenPrefix starts every token secret, so that a leaked secret is easy to
 // recognise by secret scanners.
@@ -30,15 +33,33 @@ const TokenPrefix = "bothy_"
 
 // Principal is who a request acts for: a resolved token.
 type Principal struct {
-	TenantID string   `json:"tenant_id"`
-	Owner    string   `json:"owner"`
-	Scopes   []string `json:"scopes"`
-	TokenID  string   `json:"token_id,omitempty"`
+	TenantID string `json:"tenant_id"`
+	// Owner is who the token acts for inside its tenant: it acts on the
+	// computers its owner created, and on others only with
+	// ScopeComputersAny. Never "" for a resolved token.
+	Owner   string   `json:"owner"`
+	Scopes  []string `json:"scopes"`
+	TokenID string   `json:"token_id,omitempty"`
 }
 
 // Can reports whether the principal holds scope, directly or through admin.
 func (p *Principal) Can(scope string) bool {
 	return p != nil && (slices.Contains(p.Scopes, scope) || slices.Contains(p.Scopes, ScopeAdmin))
+}
+
+// AnyOwner reports whether the principal acts on every owner's computers
+// of its tenant: it holds ScopeComputersAny, directly or through admin.
+func (p *Principal) AnyOwner() bool { return p.Can(ScopeComputersAny) }
+
+// MayActOn reports whether the principal may act on c at all, scopes
+// aside: c is of its tenant, and of its owner unless AnyOwner. A computer
+// without an owner (from before owners were enforced) is AnyOwner's only.
+// A caller that may not act on a computer must see it as not found.
+func (p *Principal) MayActOn(c *Computer) bool {
+	if p == nil || c == nil || c.TenantID != p.TenantID {
+		return false
+	}
+	return p.AnyOwner() || (p.Owner != "" && c.Owner == p.Owner)
 }
 
 // Token is the stored record of an API token. The secret itself is never
@@ -157,9 +178,12 @@ type TokenService interface {
 	// CreateToken stores a new token of the tenant and returns it with its
 	// secret, which is shown this once and never stored. scopes must be
 	// known (ValidateScopes); a zero expiresAt means the token never
-	// expires. A missing tenant is ENOTFOUND.
+	// expires. An empty owner makes the token its own owner (owner = the
+	// token's id), so that an ownerless token never shares computers with
+	// another. A missing tenant is ENOTFOUND.
 	CreateToken(ctx context.Context, tenantID, owner string, scopes []string, expiresAt time.Time) (*Token, string, error)
-	// ResolveToken returns the principal of a secret. An unknown, expired
+	// ResolveToken returns the principal of a secret, whose Owner is never
+	// "" (a token stored without one is its own owner). An unknown, expired
 	// or revoked secret is EUNAUTHORIZED, and the message does not say which.
 	ResolveToken(ctx context.Context, secret string) (*Principal, error)
 	// RevokeToken revokes a token of the tenant; revoking it again is not an

@@ -122,7 +122,10 @@ func TestCommands_Run(t *testing.T) {
 		e.raw(t, "POST", path, e.acmeToken, strings.NewReader(`{}`)).want(t, 400, bothy.EINVALID)
 		e.raw(t, "POST", path, e.acmeToken, strings.NewReader(`{"argv":["a"],"script":"b"}`)).want(t, 400, bothy.EINVALID)
 		e.raw(t, "POST", path, e.acmeToken, strings.NewReader(`{"argv":["a"],"stdn":"b"}`)).want(t, 400, bothy.EINVALID)
-		e.raw(t, "GET", "/v1/commands/nope/events?after=-1", e.acmeToken, nil).want(t, 400, bothy.EINVALID)
+		// A missing command is not found before its query is read.
+		e.raw(t, "GET", "/v1/commands/nope/events?after=-1", e.acmeToken, nil).want(t, 404, bothy.ENOTFOUND)
+		cmd := mustRun(t, e.acme, c.ID, bothy.RunRequest{})
+		e.raw(t, "GET", "/v1/commands/"+cmd.ID+"/events?after=-1", e.acmeToken, nil).want(t, 400, bothy.EINVALID)
 		e.raw(t, "GET", path+"?state=sleeping", e.acmeToken, nil).want(t, 400, bothy.EINVALID)
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
@@ -419,7 +422,7 @@ func TestCommands_SlowReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.CreateComputer(t.Context(), &bothy.Computer{ID: "cmp_slow", TenantID: "acme", Owner: "o", Profile: "standard", State: bothy.StateCold}); err != nil {
+	if err := store.CreateComputer(t.Context(), &bothy.Computer{ID: "cmp_slow", TenantID: "acme", Owner: "tester", Profile: "standard", State: bothy.StateCold}); err != nil {
 		t.Fatal(err)
 	}
 	cmd, _, err := fake.RunCommand(t.Context(), "acme", "cmp_slow", bothy.RunRequest{Argv: []string{"yes"}})

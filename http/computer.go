@@ -47,8 +47,13 @@ func (s *Server) handleCreateComputer(w nethttp.ResponseWriter, r *nethttp.Reque
 	} else if !auth.CanUseEgress(req.Egress.Mode) {
 		return bothy.Errorf(bothy.EFORBIDDEN, "this token may not create a computer with egress %q (its ceiling is %q; it needs the scope %s%s)", req.Egress.Mode, auth.Egress, bothy.ScopeEgressPrefix, req.Egress.Mode)
 	}
+	// A computer is its creator's owner's, or its conversation's owner's.
+	owner, err := s.creatorOwner(r.Context(), p, req.ConversationID)
+	if err != nil {
+		return err
+	}
 	c := &bothy.Computer{
-		ID: newID("cmp_"), TenantID: p.TenantID, Owner: p.Owner, Profile: req.Profile,
+		ID: newID("cmp_"), TenantID: p.TenantID, Owner: owner, Profile: req.Profile,
 		Label: req.Label, ConversationID: req.ConversationID, WorkJobID: req.WorkJobID, State: bothy.StateCold,
 		Egress: req.Egress, Authority: &auth,
 	}
@@ -69,6 +74,8 @@ func (s *Server) handleListComputers(w nethttp.ResponseWriter, r *nethttp.Reques
 	if f.Offset, err = queryInt(r, "offset"); err != nil {
 		return err
 	} else if f.Limit, err = queryInt(r, "limit"); err != nil {
+		return err
+	} else if f.Owner, err = listOwner(p); err != nil {
 		return err
 	}
 	cs, err := s.store.ListComputers(r.Context(), p.TenantID, f)

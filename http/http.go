@@ -6,7 +6,9 @@
 //
 // Every route but /healthz, /readyz, /v1/openapi.json and /v1/receipts/key needs a
 // bearer token, which resolves to a principal {tenant, owner, scopes}; each
-// route names the scope it needs. Another tenant's computer is not found, never forbidden.
+// route names the scope it needs. A token acts on its owner's computers, and
+// their commands and leases, unless it holds computers:any; another owner's
+// computer, like another tenant's, is not found, never forbidden.
 package http
 
 import (
@@ -219,9 +221,14 @@ func (s *Server) routes() []Route {
 	}
 }
 
-// handler authenticates and authorises a request for rt, then runs it and
-// writes its error, if any.
+// handler authenticates and authorises a request for rt (its scope, then
+// the owner of the computer its {id} names), then runs it and writes its
+// error, if any.
 func (s *Server) handler(rt Route) nethttp.Handler {
+	kind := resourceOf(rt.Pattern)
+	if kind != resourceNone && rt.Scope == "" {
+		panic("http: route " + rt.Pattern + " names a resource but needs no token")
+	}
 	return nethttp.HandlerFunc(func(w nethttp.ResponseWriter, r *nethttp.Request) {
 		var p *bothy.Principal
 		if rt.Scope != "" {
@@ -231,6 +238,9 @@ func (s *Server) handler(rt Route) nethttp.Handler {
 				return
 			} else if !p.Can(rt.Scope) {
 				s.writeError(w, r, bothy.Errorf(bothy.EFORBIDDEN, "this token lacks the scope %q", rt.Scope))
+				return
+			} else if err := s.checkOwner(r.Context(), kind, r.PathValue("id"), p); err != nil {
+				s.writeError(w, r, err)
 				return
 			}
 		}

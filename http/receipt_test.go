@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bothyhq/bothy"
+	bhttp "github.com/bothyhq/bothy/http"
 	"github.com/bothyhq/bothy/receipt"
 )
 
@@ -12,6 +13,11 @@ import (
 // receipts byte for byte, scoped by tenant, and publishes no key.
 func TestReceipts_StoreOnly(t *testing.T) {
 	e := newEnv(t, openSQLite)
+	// The receipt's command must exist and be of the token owner's computer.
+	cm := mustCreate(t, e.acme, bhttp.CreateComputerRequest{})
+	if _, err := e.store.CreateCommand(t.Context(), &bothy.Command{ID: "cmd_1", TenantID: "acme", ComputerID: cm.ID, Argv: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
 	s := receipt.NewSigner(nil)
 	code := 0
 	rc, err := s.Sign(&bothy.ReceiptBody{ID: "rct_1", Kind: bothy.ReceiptCommand, TenantID: "acme", ComputerID: "cmp_1",

@@ -19,7 +19,8 @@ func TestRunPath_ReadOnlyReads(t *testing.T) {
 	ctx := t.Context()
 	c := e.newComputer(t, "readonly")
 	e.finish(t, e.run(t, c.ID, bothy.RunRequest{Script: "echo out > out.txt", Wait: true}).ID, "", "")
-	_, secret, err := e.store.CreateToken(ctx, e.tenant, "reader", []string{bothy.ScopeComputersRead, bothy.ScopeFilesRead}, time.Time{})
+	// A token of the computer's owner (newRunPath names it after the tenant).
+	_, secret, err := e.store.CreateToken(ctx, e.tenant, e.tenant, []string{bothy.ScopeComputersRead, bothy.ScopeFilesRead}, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

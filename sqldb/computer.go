@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/bothyhq/bothy"
 )
@@ -53,6 +54,9 @@ func (s *DB) CreateComputer(ctx context.Context, c *bothy.Computer) error {
 		} else if n == 0 {
 			return bothy.Errorf(bothy.ENOTFOUND, "tenant %q not found", c.TenantID)
 		}
+		if err := s.claimConversation(ctx, tx, c, created); err != nil {
+			return err
+		}
 		_, err := tx.ExecContext(ctx, s.q(`INSERT INTO computers (`+computerColumns+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
 			c.TenantID, c.ID, c.Owner, c.ConversationID, c.Label, c.Profile, state, c.Generation, c.Revision, c.RootDigest,
 			s.timeArg(created), s.timeArg(created), c.WorkJobID, string(egress), string(authority))
@@ -63,6 +67,38 @@ func (s *DB) CreateComputer(ctx context.Context, c *bothy.Computer) error {
 	}
 	c.State, c.CreatedAt, c.UpdatedAt = state, created, created
 	return nil
+}
+
+// claimConversation makes c's owner the owner of its conversation if the
+// conversation is new, and refuses c if the conversation is another
+// owner's. The primary key decides between concurrent first computers.
+func (s *DB) claimConversation(ctx context.Context, tx *sql.Tx, c *bothy.Computer, at time.Time) error {
+	if c.ConversationID == "" {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, s.q(`INSERT INTO conversations (tenant_id, id, owner, created_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT DO NOTHING`), c.TenantID, c.ConversationID, c.Owner, s.timeArg(at)); err != nil {
+		return err
+	}
+	var owner string
+	if err := tx.QueryRowContext(ctx, s.q(`SELECT owner FROM conversations WHERE tenant_id = ? AND id = ?`),
+		c.TenantID, c.ConversationID).Scan(&owner); err != nil {
+		return err
+	} else if owner != c.Owner {
+		return bothy.Errorf(bothy.ENOTFOUND, "conversation %q is another owner's", c.ConversationID)
+	}
+	return nil
+}
+
+// ConversationOwner returns the owner of a conversation, or ENOTFOUND.
+func (s *DB) ConversationOwner(ctx context.Context, tenantID, conversationID string) (string, error) {
+	var owner string
+	err := s.db.QueryRowContext(ctx, s.q(`SELECT owner FROM conversations WHERE tenant_id = ? AND id = ?`),
+		tenantID, conversationID).Scan(&owner)
+	if err != nil {
+		return "", fmt.Errorf("conversation owner: %w", notFound(err, "conversation %q not found", conversationID))
+	}
+	return owner, nil
 }
 
 // scanner is a *sql.Row or *sql.Rows.
@@ -122,6 +158,9 @@ func (s *DB) ListComputers(ctx context.Context, tenantID string, f bothy.Compute
 		return nil, fmt.Errorf("list computers: %w", err)
 	}
 	where, args := []string{"tenant_id = ?"}, []any{tenantID}
+	if f.Owner != "" {
+		where, args = append(where, "owner = ?"), append(args, f.Owner)
+	}
 	if f.ConversationID != "" {
 		where, args = append(where, "conversation_id = ?"), append(args, f.ConversationID)
 	}

@@ -33,6 +33,10 @@ func (s *DB) CreateToken(ctx context.Context, tenantID, owner string, scopes []s
 		ID: "tok_" + hex.EncodeToString(id), TenantID: tenantID, Owner: owner,
 		Scopes: append([]string(nil), scopes...), CreatedAt: now(), ExpiresAt: utcMicro(expiresAt),
 	}
+	if t.Owner == "" {
+		// An ownerless token is its own owner, never everyone's.
+		t.Owner = t.ID
+	}
 	secret := bothy.NewTokenSecret()
 	err := s.withTx(ctx, func(tx *sql.Tx) error {
 		var n int
@@ -73,6 +77,11 @@ func (s *DB) ResolveToken(ctx context.Context, secret string) (*bothy.Principal,
 		return nil, unauthorized
 	}
 	p.Scopes = strings.Fields(scopes)
+	if p.Owner == "" {
+		// Migration 0007 gave every stored token an owner; a row written
+		// since by other means still never resolves to no owner.
+		p.Owner = p.TokenID
+	}
 	return &p, nil
 }
 

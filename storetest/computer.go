@@ -193,6 +193,63 @@ func testComputers(t *testing.T, open opener) {
 		}
 	})
 
+	run(t, "ListComputers/Owner", func(t *testing.T) {
+		s := open(t)
+		mustCreateTenant(t, s, "acme")
+		mustCreateTenant(t, s, "other")
+		t0 := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+		for i, c := range []*bothy.Computer{
+			{ID: "a1", Owner: "alice", Label: "red"}, {ID: "b1", Owner: "bob", Label: "red"},
+			{ID: "a2", Owner: "alice"}, {ID: "n1"},
+		} {
+			c.CreatedAt = t0.Add(time.Duration(i) * time.Second)
+			mustCreateComputer(t, s, "acme", c)
+		}
+		mustCreateComputer(t, s, "other", &bothy.Computer{ID: "o1", Owner: "alice"})
+		for _, tt := range []struct {
+			f    bothy.ComputerFilter
+			want []string
+		}{
+			{bothy.ComputerFilter{Owner: "alice"}, []string{"a1", "a2"}},
+			{bothy.ComputerFilter{Owner: "bob"}, []string{"b1"}},
+			{bothy.ComputerFilter{Owner: "alice", Label: "red"}, []string{"a1"}},
+			{bothy.ComputerFilter{Owner: "carol"}, []string{}},
+			{bothy.ComputerFilter{}, []string{"a1", "b1", "a2", "n1"}},
+		} {
+			cs, err := s.ListComputers(t.Context(), "acme", tt.f)
+			if err != nil {
+				t.Fatal(err)
+			} else if got := computerIDs(cs); !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ListComputers(%+v) = %q, want %q", tt.f, got, tt.want)
+			}
+		}
+	})
+
+	run(t, "CreateComputer/ConversationOwner", func(t *testing.T) {
+		s := open(t)
+		mustCreateTenant(t, s, "acme")
+		mustCreateTenant(t, s, "other")
+		_, err := s.ConversationOwner(t.Context(), "acme", "conv")
+		WantCode(t, err, bothy.ENOTFOUND)
+		mustCreateComputer(t, s, "acme", &bothy.Computer{ID: "a1", Owner: "alice", ConversationID: "conv"})
+		mustCreateComputer(t, s, "acme", &bothy.Computer{ID: "a2", Owner: "alice", ConversationID: "conv"})
+		if owner, err := s.ConversationOwner(t.Context(), "acme", "conv"); err != nil || owner != "alice" {
+			t.Errorf("ConversationOwner = %q, %v; want alice", owner, err)
+		}
+		// Another owner's computer in alice's conversation is refused.
+		err = s.CreateComputer(t.Context(), &bothy.Computer{ID: "b1", TenantID: "acme", Owner: "bob", ConversationID: "conv", Profile: "standard"})
+		WantCode(t, err, bothy.ENOTFOUND)
+		_, err = s.FindComputer(t.Context(), "acme", "b1")
+		WantCode(t, err, bothy.ENOTFOUND)
+		// Conversations are per tenant.
+		mustCreateComputer(t, s, "other", &bothy.Computer{ID: "o1", Owner: "bob", ConversationID: "conv"})
+		// A refused computer claims nothing: its id and conversation stay free.
+		err = s.CreateComputer(t.Context(), &bothy.Computer{ID: "a1", TenantID: "acme", Owner: "bob", ConversationID: "conv2", Profile: "standard"})
+		WantCode(t, err, bothy.ECONFLICT)
+		_, err = s.ConversationOwner(t.Context(), "acme", "conv2")
+		WantCode(t, err, bothy.ENOTFOUND)
+	})
+
 	run(t, "ListComputers/Paging", func(t *testing.T) {
 		s := open(t)
 		mustCreateTenant(t, s, "acme")

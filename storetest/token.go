@@ -42,6 +42,21 @@ func testTokens(t *testing.T, open opener) {
 		}
 	})
 
+	run(t, "CreateToken/NoOwner", func(t *testing.T) {
+		// A token without an owner is its own owner, never everyone's.
+		s := open(t)
+		mustCreateTenant(t, s, "acme")
+		tok, secret, err := s.CreateToken(t.Context(), "acme", "", []string{bothy.ScopeComputersRead}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		} else if tok.Owner != tok.ID {
+			t.Errorf("owner %q, want the token's id %q", tok.Owner, tok.ID)
+		}
+		if p, err := s.ResolveToken(t.Context(), secret); err != nil || p.Owner != tok.ID {
+			t.Errorf("ResolveToken = %+v, %v; want owner %q", p, err, tok.ID)
+		}
+	})
+
 	run(t, "CreateToken/StoresOnlyDigest", func(t *testing.T) {
 		s := open(t)
 		mustCreateTenant(t, s, "acme")

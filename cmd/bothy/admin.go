@@ -25,7 +25,8 @@ const adminUsage = `usage:
   bothy admin token revoke --tenant T TOKEN_ID
   bothy admin agent join --id ID [--expires 1h]   a one-time join token for bothy agent --join-token-file
   bothy admin secret put --tenant T NAME < VALUE
-scopes: ` + "computers:read, computers:write, files:read, files:write, admin, profile:NAME (a token without profile scopes may use the standard profile only), egress:allowlist|all, secret:NAME|*, budget:cpu-seconds|wall-seconds|bytes=N; or alone agent:ID, an agent's token (bothy agent --id ID)"
+the token acts on its owner's computers only, unless it holds computers:any (or admin)
+scopes: ` + "computers:read, computers:write, files:read, files:write, computers:any (every owner's computers of the tenant), admin, profile:NAME (a token without profile scopes may use the standard profile only), egress:allowlist|all, secret:NAME|*, budget:cpu-seconds|wall-seconds|bytes=N; or alone agent:ID, an agent's token (bothy agent --id ID)"
 
 // runAdmin runs operator verbs against the store directly, not through the
 // server: they work before any token exists.
@@ -51,7 +52,7 @@ func runAdmin(ctx context.Context, args []string) error {
 func runTokenCreate(ctx context.Context, args []string) error {
 	var cfg config
 	fs := flag.NewFlagSet("admin token create", flag.ContinueOnError)
-	owner := fs.String("owner", "", "owner the token acts for (required)")
+	owner := fs.String("owner", "", "owner the token acts for: it acts on the computers its owner created (required)")
 	scopes := fs.String("scopes", strings.Join(defaultScopes, ","), "comma-separated scopes")
 	expires := fs.Duration("expires", 0, "lifetime, such as 720h (default: never expires)")
 	asJSON := fs.Bool("json", false, "print the token as JSON")

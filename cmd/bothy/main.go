@@ -63,7 +63,8 @@ commands on the data directory:
   admin agent join --id ID [--expires 1h]
                             print a one-time join token for that agent
   admin token create --owner O [--scopes a,b] [--expires D]
-                            print a new API token of --tenant (created if missing)
+                            print a new API token of --tenant (created if missing) that acts on
+                            owner O's computers only, unless its scopes hold computers:any or admin
   admin token revoke ID     revoke a token of --tenant
   admin secret put NAME < VALUE
                             store a secret of --tenant in DATA/secrets (commands name it with --secret)
