@@ -120,13 +120,13 @@ echo done`
 	// The credentials of the host are out of reach.
 	probe := a.run(c.ID, bothy.RunRequest{Script: `for f in /proc/[0-9]*/environ; do tr '\0' '\n' < $f; done 2>/dev/null | grep -c -e blc_ -e bat_ -e bothy_ -e BOTHY_SUPERVISOR_TOKEN
 env | grep -ci token
-cat ` + filepath.Join(data, "agent.token") + ` ` + filepath.Join(data, "admin.token") + ` 2>&1 | grep -c "No such file"
+cat ` + filepath.Join(data, "receipt.key") + ` ` + filepath.Join(data, "admin.token") + ` 2>&1 | grep -c "No such file"
 ls /proc/1/root/ 2>&1 | head -1`, Wait: true})
 	lines := strings.Split(output(a.events(probe.ID, 0, nil)), "\n")
 	if len(lines) < 3 || lines[0] != "0" || lines[1] != "0" || lines[2] != "2" {
-		t.Errorf("a credential is within a command's reach (want 0 environments with one, 0 token variables, 2 token files not found): %q", lines)
+		t.Errorf("a credential is within a command's reach (want 0 environments with one, 0 token variables, 2 key files not found): %q", lines)
 	}
-	for _, f := range []string{"agent.token", "admin.token"} {
+	for _, f := range []string{"receipt.key", "admin.token"} {
 		if _, err := os.Stat(filepath.Join(data, f)); err != nil {
 			t.Errorf("the host's %s, which the probe could not read, does not exist either: %v", f, err)
 		}
