@@ -223,11 +223,25 @@ func writeUsed(final string, size int64) error {
 
 // treeBytes is the disk usage of a tree (allocated blocks), 0 on error.
 func treeBytes(dir string) int64 {
+	return sumTree(dir, func(st *syscall.Stat_t) int64 { return st.Blocks * 512 })
+}
+
+// apparentBytes is what a tree takes if every file's holes were written:
+// each entry's larger of its size and its allocated blocks. The scratch
+// limit counts this, so that a sparse file (truncate -s 1000G) costs what
+// it would take written out.
+func apparentBytes(dir string) int64 {
+	return sumTree(dir, func(st *syscall.Stat_t) int64 { return max(st.Size, st.Blocks*512) })
+}
+
+// sumTree sums f over the lstat of every entry of a tree, skipping those
+// it cannot stat.
+func sumTree(dir string, f func(*syscall.Stat_t) int64) int64 {
 	var n int64
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		var st syscall.Stat_t
 		if err == nil && syscall.Lstat(p, &st) == nil {
-			n += st.Blocks * 512
+			n += f(&st)
 		}
 		return nil
 	})
