@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,6 +48,14 @@ type Cache struct {
 	dir string
 	// MinAge protects recently materialized trees from Evict (0 = DefaultMinAge).
 	MinAge time.Duration
+	// MaxBytes, if above 0, bounds the cache: after each restore,
+	// Materialize evicts least recently used trees (Evict) until the
+	// cache holds at most MaxBytes, never the tree it restored nor one a
+	// mounted overlay uses. The cache may stay over it while every tree
+	// is in use or young.
+	MaxBytes int64
+	// Logger, if set, is told what a bounded Materialize evicted.
+	Logger *slog.Logger
 
 	mu       sync.Mutex
 	inflight map[string]*flight
@@ -151,7 +160,25 @@ func (c *Cache) Materialize(ctx context.Context, tenantID string, snap *checkpoi
 	delete(c.inflight, final)
 	c.mu.Unlock()
 	close(f.done)
+	if f.err == nil && c.MaxBytes > 0 {
+		c.bound(ctx, tenantID, snap.Root().String())
+	}
 	return final, f.err
+}
+
+// bound evicts down to MaxBytes, keeping the tree just materialized.
+func (c *Cache) bound(ctx context.Context, tenantID, root string) {
+	keep := func(t, r string) bool { return t == tenantID && r == root }
+	res, err := c.Evict(ctx, keep, c.MaxBytes)
+	if c.Logger == nil {
+		return
+	}
+	if err != nil {
+		c.Logger.Warn("host cache eviction", "err", err)
+	} else if res.Evicted > 0 || res.Bytes-res.EvictedBytes > c.MaxBytes {
+		c.Logger.Info("host cache eviction", "trees", res.Trees, "bytes", res.Bytes, "evicted", res.Evicted,
+			"evicted_bytes", res.EvictedBytes, "in_use", res.InUse, "young", res.Young, "max_bytes", c.MaxBytes)
+	}
 }
 
 // lookup reports whether the tree final is in place and, if so, records
