@@ -25,6 +25,21 @@ type Policy struct {
 	// CommandTimeoutMS is the timeout of a command whose run gives none
 	// (RunRequest.TimeoutMS), in milliseconds; 0 is none.
 	CommandTimeoutMS int64 `json:"command_timeout_ms,omitempty"`
+	// CacheBytes bounds each agent's host cache of materialized
+	// revisions: past it, the least recently used trees that no lease
+	// uses are evicted. 0 is DefaultCacheBytes.
+	CacheBytes int64 `json:"cache_bytes,omitempty"`
+}
+
+// DefaultCacheBytes is the host cache's bound when the policy sets none.
+const DefaultCacheBytes = 10 << 30
+
+// CacheLimit returns CacheBytes, or DefaultCacheBytes when it is 0.
+func (p *Policy) CacheLimit() int64 {
+	if p == nil || p.CacheBytes == 0 {
+		return DefaultCacheBytes
+	}
+	return p.CacheBytes
 }
 
 // Validate reports whether p is usable: at least one profile, each with a
@@ -46,6 +61,8 @@ func (p *Policy) Validate() error {
 		return Errorf(EINVALID, "policy: limits must not be negative")
 	} else if p.CommandTimeoutMS < 0 {
 		return Errorf(EINVALID, "policy: command_timeout_ms must not be negative")
+	} else if p.CacheBytes < 0 {
+		return Errorf(EINVALID, "policy: cache_bytes must not be negative")
 	}
 	_, err := p.AllowPrivate()
 	return err

@@ -1,7 +1,10 @@
 package checkpoint
 
 import (
+	"bytes"
 	"io"
+
+	"golang.org/x/sys/unix"
 )
 
 // Content-defined chunking (FastCDC with normalized chunking over a gear
@@ -134,4 +137,148 @@ func (c *chunkReader) next() ([]byte, error) {
 	c.first = false
 	c.start += n
 	return avail[:n], nil
+}
+
+// Holes. A file's chunk list may hold holes: a Chunk with the zero Hash
+// stands for Size zero bytes that are stored nowhere (Chunk.Hole). They
+// come from the holes of a sparse file (SEEK_HOLE) and from data chunks
+// that are all zeros, so a 1000 MB file made by truncate costs no hashing
+// and no pack bytes, and a restore leaves them unwritten. Revisions made
+// before holes have none and read as before.
+
+// pieces turns a file's chunks into its chunk list: it merges holes and
+// all-zero chunks into one hole and calls yield for each data chunk (hole
+// 0) and each hole (data nil), in order.
+type pieces struct {
+	hole  int64
+	yield func(data []byte, hole int64) error
+}
+
+func (p *pieces) data(b []byte) error {
+	if allZero(b) {
+		p.hole += int64(len(b))
+		return nil
+	}
+	if err := p.end(); err != nil {
+		return err
+	}
+	return p.yield(b, 0)
+}
+
+// end emits the pending hole.
+func (p *pieces) end() error {
+	if p.hole == 0 {
+		return nil
+	}
+	n := p.hole
+	p.hole = 0
+	return p.yield(nil, n)
+}
+
+// zeros is a page of zero bytes, for comparing and for reading holes.
+var zeros [64 << 10]byte
+
+func allZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeros))
+		if !bytes.Equal(b[:n], zeros[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// streamChunks chunks the stream r (see pieces).
+func streamChunks(r io.Reader, buf []byte, yield func(data []byte, hole int64) error) error {
+	p := &pieces{yield: yield}
+	cr := newChunkReader(r, buf)
+	for {
+		b, err := cr.next()
+		if err == io.EOF {
+			return p.end()
+		} else if err != nil {
+			return err
+		}
+		if err := p.data(b); err != nil {
+			return err
+		}
+	}
+}
+
+// fileChunks chunks the regular file fd from offset 0 to its size (see
+// pieces), reading only the data regions the file system reports
+// (SEEK_DATA, SEEK_HOLE): its holes cost no read and no hash. Each data
+// region is chunked as a stream of its own. On a file system without
+// SEEK_DATA the whole file is one region.
+func fileChunks(fd int, buf []byte, yield func(data []byte, hole int64) error) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	size := st.Size
+	p := &pieces{yield: yield}
+	var pos int64
+	for pos < size {
+		data, err := unix.Seek(fd, pos, unix.SEEK_DATA)
+		if err == unix.ENXIO {
+			break // holes to the end
+		}
+		end := size
+		if err != nil {
+			data = pos
+		} else if h, err := unix.Seek(fd, data, unix.SEEK_HOLE); err == nil {
+			end = min(h, size)
+		}
+		if data >= size {
+			break
+		}
+		p.hole += data - pos
+		pos = data
+		cr := newChunkReader(&preadReader{fd: fd, off: data, end: end}, buf)
+		for {
+			b, err := cr.next()
+			if err == io.EOF {
+				break
+			} else if err != nil {
+				return err
+			}
+			pos += int64(len(b))
+			if err := p.data(b); err != nil {
+				return err
+			}
+		}
+		if pos < end {
+			break // the file shrank while it was read
+		}
+	}
+	p.hole += max(0, size-pos)
+	return p.end()
+}
+
+// preadReader reads the bytes [off, end) of a file descriptor.
+type preadReader struct {
+	fd       int
+	off, end int64
+}
+
+func (r *preadReader) Read(b []byte) (int, error) {
+	if r.off >= r.end {
+		return 0, io.EOF
+	}
+	if rest := r.end - r.off; int64(len(b)) > rest {
+		b = b[:rest]
+	}
+	for {
+		n, err := unix.Pread(r.fd, b, r.off)
+		if err == unix.EINTR {
+			continue
+		} else if err != nil {
+			return 0, err
+		} else if n == 0 {
+			return 0, io.EOF
+		}
+		r.off += int64(n)
+		return n, nil
+	}
 }

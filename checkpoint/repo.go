@@ -334,6 +334,12 @@ func (f *fileReader) Read(p []byte) (int, error) {
 		if len(f.chunks) == 0 {
 			return 0, io.EOF
 		}
+		if c := f.chunks[0]; c.Hole() {
+			// A hole reads as zeros, a page at a time.
+			n := min(int64(len(zeros)), f.base+c.Size-f.pos, f.end-f.pos)
+			f.cur = zeros[:n]
+			break
+		}
 		b, err := f.s.get(f.ctx, f.chunks[0].Hash)
 		if err != nil {
 			return 0, err

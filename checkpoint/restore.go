@@ -38,6 +38,9 @@ type restoreFile struct {
 	fd      int // -1 unless open
 	pending int // chunks still to write
 	key     statKey
+	// sparse is set when a hole or a chunk of zeros was left unwritten,
+	// so finish sets the size (the file may end in a hole).
+	sparse bool
 }
 
 type chunkTarget struct {
@@ -159,9 +162,16 @@ func (r *restorer) layout(ctx context.Context, h Hash, path string, shard int) e
 // addFile records the regular file e at p; an empty one is created and
 // finished at once.
 func (r *restorer) addFile(p string, e *Entry, shard int) error {
-	rf := &restoreFile{path: p, entry: e, idx: len(r.files), shard: shard, fd: -1, pending: len(e.Chunks)}
+	rf := &restoreFile{path: p, entry: e, idx: len(r.files), shard: shard, fd: -1}
 	r.files = append(r.files, rf)
-	if len(e.Chunks) == 0 {
+	for _, c := range e.Chunks {
+		if c.Hole() {
+			rf.sparse = true
+		} else {
+			rf.pending++
+		}
+	}
+	if rf.pending == 0 {
 		if err := rf.create(r.umask); err != nil {
 			return err
 		}
@@ -169,6 +179,10 @@ func (r *restorer) addFile(p string, e *Entry, shard int) error {
 	}
 	var off int64
 	for _, c := range e.Chunks {
+		if c.Hole() {
+			off += c.Size
+			continue
+		}
 		bt := r.targets[c.Hash]
 		if bt == nil {
 			bt = &blobTargets{}
@@ -431,6 +445,11 @@ func (rf *restoreFile) write(b []byte, off int64, umask uint32, wantKey bool) er
 			return err
 		}
 	}
+	if allZero(b) {
+		// Zeros, as a revision made before holes stores them: leave a
+		// hole (finish sets the size).
+		rf.sparse, b = true, nil
+	}
 	for len(b) > 0 {
 		n, err := syscall.Pwrite(rf.fd, b, off)
 		if err == syscall.EINTR {
@@ -456,7 +475,10 @@ func (rf *restoreFile) finish(umask uint32, wantKey bool) error {
 	rf.fd = -1
 	perm := uint32(rf.entry.Mode.Perm())
 	var err error
-	if perm&umask != 0 {
+	if rf.sparse {
+		err = syscall.Ftruncate(fd, rf.entry.Size)
+	}
+	if err == nil && perm&umask != 0 {
 		err = syscall.Fchmod(fd, perm)
 	}
 	if err == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"runtime"
@@ -64,9 +63,11 @@ type fileJob struct {
 	err    error // set before chunks is closed
 }
 
+// chunkData is a data chunk, or a hole of hole bytes (data nil).
 type chunkData struct {
 	hash Hash
 	data []byte
+	hole int64
 }
 
 // Checkpoint stores the directory dir on top of parent (nil = the empty
@@ -208,6 +209,11 @@ func sequence(ctx context.Context, cancel context.CancelFunc, w *Writer, order <
 		var chunks []Chunk
 		var size int64
 		for c := range j.chunks {
+			if c.data == nil {
+				chunks = append(chunks, Chunk{Size: c.hole})
+				size += c.hole
+				continue
+			}
 			if serr == nil {
 				serr = w.add(ctx, c.hash, kindData, c.data, false)
 			}
@@ -288,6 +294,9 @@ func (res *Result) collect(root *scanNode, trees []Hash, w *Writer, parent *Snap
 			res.FileCount++
 			res.Size += e.Size
 			for _, c := range e.Chunks {
+				if c.Hole() {
+					continue
+				}
 				if err := locate(c.Hash); err != nil && walkErr == nil {
 					walkErr = err
 				}
@@ -515,38 +524,22 @@ func (r *Repo) readFile(ctx context.Context, j *fileJob, buf []byte) {
 		return
 	}
 	defer syscall.Close(fd)
-	cr := newChunkReader(fdReader(fd), buf)
-	for {
-		b, err := cr.next()
-		if err == io.EOF {
-			return
-		} else if err != nil {
-			j.err = fmt.Errorf("read %s: %w", j.path, err)
-			return
+	err = fileChunks(fd, buf, func(b []byte, hole int64) error {
+		c := chunkData{hole: hole}
+		if b != nil {
+			c.data = append([]byte(nil), b...)
+			c.hash = r.Hash(c.data)
 		}
-		data := append([]byte(nil), b...)
 		select {
-		case j.chunks <- chunkData{r.Hash(data), data}:
+		case j.chunks <- c:
+			return nil
 		case <-ctx.Done():
-			j.err = ctx.Err()
-			return
+			return ctx.Err()
 		}
-	}
-}
-
-// fdReader reads a file descriptor.
-type fdReader int
-
-func (fd fdReader) Read(p []byte) (int, error) {
-	for {
-		n, err := syscall.Read(int(fd), p)
-		if err == syscall.EINTR {
-			continue
-		} else if err != nil {
-			return 0, err
-		} else if n == 0 && len(p) > 0 {
-			return 0, io.EOF
-		}
-		return n, nil
+	})
+	if errors.Is(err, ctx.Err()) && ctx.Err() != nil {
+		j.err = ctx.Err()
+	} else if err != nil {
+		j.err = fmt.Errorf("read %s: %w", j.path, err)
 	}
 }

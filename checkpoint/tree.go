@@ -34,11 +34,15 @@ func (t EntryType) String() string {
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
 
-// Chunk is one content-defined piece of a file (small files are one chunk).
+// Chunk is one content-defined piece of a file (small files are one
+// chunk), or a hole: Size zero bytes stored nowhere, whose Hash is zero.
 type Chunk struct {
 	Hash Hash
 	Size int64
 }
+
+// Hole reports whether c is a hole, Size zero bytes with no blob.
+func (c Chunk) Hole() bool { return c.Hash.IsZero() }
 
 // Entry is one name in a directory.
 type Entry struct {
@@ -266,11 +270,17 @@ func (t *Tree) validate() error {
 		switch e.Type {
 		case TypeFile:
 			var sum int64
-			for _, c := range e.Chunks {
-				if c.Size <= 0 || c.Size > MaxChunkSize {
+			for j, c := range e.Chunks {
+				if c.Size <= 0 || c.Size > MaxChunkSize && !c.Hole() || c.Size > 1<<62 {
 					return fmt.Errorf("entry %q: chunk size %d out of range", e.Name, c.Size)
 				}
+				if c.Hole() && j > 0 && e.Chunks[j-1].Hole() {
+					return fmt.Errorf("entry %q: adjacent holes", e.Name)
+				}
 				sum += c.Size
+				if sum > 1<<62 {
+					return fmt.Errorf("entry %q: size out of range", e.Name)
+				}
 			}
 			if sum != e.Size {
 				return fmt.Errorf("entry %q: size %d is not the sum of its chunks %d", e.Name, e.Size, sum)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
 	"sort"
 	"sync"
@@ -49,26 +50,46 @@ func (s *Snapshot) NewWriter() *Writer {
 }
 
 // WriteFile chunks and stores the content of r and returns its chunks.
+// Chunks that are all zeros become holes (Chunk.Hole), stored nowhere;
+// when r is a regular *os.File at offset 0, its holes are skipped
+// without reading them (SEEK_DATA), and it is read to its size.
 func (w *Writer) WriteFile(ctx context.Context, r io.Reader) (chunks []Chunk, size int64, err error) {
 	if w.buf == nil {
 		w.buf = make([]byte, 2*MaxChunkSize)
 	}
-	cr := newChunkReader(r, w.buf)
-	for {
-		b, err := cr.next()
-		if err == io.EOF {
-			break
-		} else if err != nil {
-			return nil, 0, fmt.Errorf("write file: %w", err)
+	yield := func(b []byte, hole int64) error {
+		if b == nil {
+			chunks = append(chunks, Chunk{Size: hole})
+			size += hole
+			return nil
 		}
 		h := w.snap.repo.Hash(b)
 		if err := w.add(ctx, h, kindData, b, true); err != nil {
-			return nil, 0, err
+			return err
 		}
 		chunks = append(chunks, Chunk{h, int64(len(b))})
 		size += int64(len(b))
+		return nil
+	}
+	if f, ok := r.(*os.File); ok && atRegularStart(f) {
+		err = fileChunks(int(f.Fd()), w.buf, yield)
+	} else {
+		err = streamChunks(r, w.buf, yield)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("write file: %w", err)
 	}
 	return chunks, size, nil
+}
+
+// atRegularStart reports whether f is a regular file at offset 0.
+func atRegularStart(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	off, err := f.Seek(0, io.SeekCurrent)
+	return err == nil && off == 0
 }
 
 // WriteTree validates, encodes and stores t and returns its digest.

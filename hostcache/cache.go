@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,6 +48,14 @@ type Cache struct {
 	dir string
 	// MinAge protects recently materialized trees from Evict (0 = DefaultMinAge).
 	MinAge time.Duration
+	// MaxBytes, if above 0, bounds the cache: after each restore,
+	// Materialize evicts least recently used trees (Evict) until the
+	// cache holds at most MaxBytes, never the tree it restored nor one a
+	// mounted overlay uses. The cache may stay over it while every tree
+	// is in use or young.
+	MaxBytes int64
+	// Logger, if set, is told what a bounded Materialize evicted.
+	Logger *slog.Logger
 
 	mu       sync.Mutex
 	inflight map[string]*flight
@@ -151,7 +160,25 @@ func (c *Cache) Materialize(ctx context.Context, tenantID string, snap *checkpoi
 	delete(c.inflight, final)
 	c.mu.Unlock()
 	close(f.done)
+	if f.err == nil && c.MaxBytes > 0 {
+		c.bound(ctx, tenantID, snap.Root().String())
+	}
 	return final, f.err
+}
+
+// bound evicts down to MaxBytes, keeping the tree just materialized.
+func (c *Cache) bound(ctx context.Context, tenantID, root string) {
+	keep := func(t, r string) bool { return t == tenantID && r == root }
+	res, err := c.Evict(ctx, keep, c.MaxBytes)
+	if c.Logger == nil {
+		return
+	}
+	if err != nil {
+		c.Logger.Warn("host cache eviction", "err", err)
+	} else if res.Evicted > 0 || res.Bytes-res.EvictedBytes > c.MaxBytes {
+		c.Logger.Info("host cache eviction", "trees", res.Trees, "bytes", res.Bytes, "evicted", res.Evicted,
+			"evicted_bytes", res.EvictedBytes, "in_use", res.InUse, "young", res.Young, "max_bytes", c.MaxBytes)
+	}
 }
 
 // lookup reports whether the tree final is in place and, if so, records
@@ -223,11 +250,25 @@ func writeUsed(final string, size int64) error {
 
 // treeBytes is the disk usage of a tree (allocated blocks), 0 on error.
 func treeBytes(dir string) int64 {
+	return sumTree(dir, func(st *syscall.Stat_t) int64 { return st.Blocks * 512 })
+}
+
+// apparentBytes is what a tree takes if every file's holes were written:
+// each entry's larger of its size and its allocated blocks. The scratch
+// limit counts this, so that a sparse file (truncate -s 1000G) costs what
+// it would take written out.
+func apparentBytes(dir string) int64 {
+	return sumTree(dir, func(st *syscall.Stat_t) int64 { return max(st.Size, st.Blocks*512) })
+}
+
+// sumTree sums f over the lstat of every entry of a tree, skipping those
+// it cannot stat.
+func sumTree(dir string, f func(*syscall.Stat_t) int64) int64 {
 	var n int64
 	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		var st syscall.Stat_t
 		if err == nil && syscall.Lstat(p, &st) == nil {
-			n += st.Blocks * 512
+			n += f(&st)
 		}
 		return nil
 	})

@@ -63,8 +63,9 @@ func ParseMode(s string) (Mode, error) {
 // Path returns Merged.
 func (m *Overlay) Path() string { return m.Merged }
 
-// WrittenBytes is the disk usage of the upper layer, all that the lease wrote.
-func (m *Overlay) WrittenBytes() int64 { return treeBytes(m.Upper) }
+// WrittenBytes is the apparent size of the upper layer (apparentBytes),
+// all that the lease wrote, a sparse file by its size.
+func (m *Overlay) WrittenBytes() int64 { return apparentBytes(m.Upper) }
 
 // Copy is a lease's workspace as a plain directory, DIR/tree: the base
 // revision restored from its packs, then written in place by the lease.
@@ -79,8 +80,8 @@ func (m *Overlay) WrittenBytes() int64 { return treeBytes(m.Upper) }
 type Copy struct {
 	// Dir is the lease's workspace directory (LEASEDIR/ws).
 	Dir string
-	// baseBytes is the disk usage of the restored base, which
-	// WrittenBytes does not count.
+	// baseBytes is the apparent size of the restored base
+	// (apparentBytes), which WrittenBytes does not count.
 	baseBytes int64
 }
 
@@ -111,7 +112,7 @@ func CopyIn(ctx context.Context, snap *checkpoint.Snapshot, leaseDir string) (*C
 		return nil, fmt.Errorf("copy workspace %s: %w", snap.Root(), err)
 	}
 	// Restore may leave the root 0700; commands run as the agent's user.
-	c.baseBytes = treeBytes(tmp)
+	c.baseBytes = apparentBytes(tmp)
 	if err := os.WriteFile(c.baseBytesFile(), []byte(strconv.FormatInt(c.baseBytes, 10)+"\n"), 0o600); err != nil {
 		removeTree(tmp)
 		return nil, fmt.Errorf("copy workspace: %w", err)
@@ -146,10 +147,11 @@ func (c *Copy) Checkpoint(ctx context.Context, base *checkpoint.Snapshot, opts C
 	return &Result{Root: res.Root, Packs: res.Packs, Size: res.Size, FileCount: res.FileCount, Stats: Stats{Stats: res.Stats}}, nil
 }
 
-// WrittenBytes is the disk usage of the tree less that of the restored
-// base, at least 0: what the lease added, net of what it deleted of the
-// base (an overlay's upper layer counts only what was written).
-func (c *Copy) WrittenBytes() int64 { return max(0, treeBytes(c.Path())-c.baseBytes) }
+// WrittenBytes is the apparent size of the tree (apparentBytes, a sparse
+// file by its size) less that of the restored base, at least 0: what the
+// lease added, net of what it deleted of the base (an overlay's upper
+// layer counts only what was written).
+func (c *Copy) WrittenBytes() int64 { return max(0, apparentBytes(c.Path())-c.baseBytes) }
 
 // Remove deletes DIR and everything in it, read-only directories too. It
 // refuses while anything is mounted under DIR, so that it never deletes

@@ -178,3 +178,37 @@ func TestParseMode(t *testing.T) {
 		t.Errorf("ParseMode(bind): %v, want EINVALID", err)
 	}
 }
+
+// TestWrittenBytes_Sparse: a sparse file counts by its apparent size, as
+// if its zeros were written, in a Copy and in an Overlay, so that
+// truncate cannot pass the scratch limit for free (a checkpoint or a
+// restore of the file could otherwise write every zero).
+func TestWrittenBytes_Sparse(t *testing.T) {
+	ctx := context.Background()
+	const size = 32 << 20
+	check := func(t *testing.T, ws hostcache.Workspace) {
+		f, err := os.Create(filepath.Join(ws.Path(), "sparse"))
+		must(t, err)
+		must(t, f.Truncate(size))
+		must(t, f.Close())
+		if n := ws.WrittenBytes(); n < size {
+			t.Errorf("after truncate -s %d WrittenBytes is %d", size, n)
+		}
+	}
+	_, _, base := randomBase(t, mrand.New(mrand.NewPCG(5, 5)), 5)
+	t.Run("Copy", func(t *testing.T) {
+		c, err := hostcache.CopyIn(ctx, base, filepath.Join(t.TempDir(), "ws"))
+		must(t, err)
+		ownerWritable(t, c.Path())
+		check(t, c)
+		must(t, c.Remove(ctx))
+	})
+	t.Run("Overlay", func(t *testing.T) {
+		needRoot(t)
+		cache, err := hostcache.Open(t.TempDir())
+		must(t, err)
+		lower, err := cache.Materialize(ctx, tenant, base)
+		must(t, err)
+		check(t, mount(t, lower, hostcache.MountOptions{}))
+	})
+}

@@ -246,3 +246,34 @@ func TestMount_Volatile(t *testing.T) {
 	}
 	must(t, m.Remove(ctx))
 }
+
+// TestCache_MaxBytes: a cache over MaxBytes evicts, when it materializes a
+// revision, the least recently used trees no lease mounts, and never the
+// one it materializes.
+func TestCache_MaxBytes(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	repo := newRepo(t)
+	c, err := hostcache.Open(t.TempDir())
+	must(t, err)
+	c.MinAge, c.MaxBytes = time.Nanosecond, 1
+	var dirs []string
+	for i := range 3 {
+		src := t.TempDir()
+		must(t, os.WriteFile(filepath.Join(src, "f"), randBytes(mrand.New(mrand.NewPCG(uint64(i), 7)), 64<<10), 0o644))
+		snap, _ := snapshotOf(t, repo, src)
+		dir, err := c.Materialize(ctx, tenant, snap)
+		must(t, err)
+		dirs = append(dirs, dir)
+		if i == 0 {
+			mount(t, dir, hostcache.MountOptions{}) // a live lease's
+		}
+		time.Sleep(10 * time.Millisecond) // distinct last uses
+	}
+	for i, d := range dirs {
+		_, err := os.Stat(d)
+		if gone := err != nil; gone != (i == 1) {
+			t.Errorf("tree %d gone=%v, want only the unused older tree 1 evicted", i, gone)
+		}
+	}
+}

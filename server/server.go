@@ -206,9 +206,10 @@ func (s *Server) newAgent(url string) (*agent.Agent, error) {
 	if s.cfg.Policy != nil {
 		allow = s.cfg.Policy.EgressAllowPrivate
 	}
+	cacheBytes := s.cfg.Policy.CacheLimit()
 	return NewAgent(AgentConfig{Data: s.cfg.Data, ID: s.cfg.AgentID, URL: url, Token: s.cfg.AgentToken, TLS: s.cfg.AgentTLS, Blobs: s.cfg.Blobs,
 		Providers: s.cfg.Providers, Supervisor: s.cfg.SupervisorCommand, Workspace: s.cfg.Workspace,
-		EgressAllowPrivate: allow, OwnListeners: s.cfg.Listeners, Logger: s.cfg.Logger})
+		EgressAllowPrivate: allow, CacheBytes: cacheBytes, OwnListeners: s.cfg.Listeners, Logger: s.cfg.Logger})
 }
 
 // AgentConfig configures NewAgent.
@@ -229,6 +230,9 @@ type AgentConfig struct {
 	Supervisor []string
 	// Workspace is agent.Config.Workspace.
 	Workspace hostcache.Mode
+	// CacheBytes bounds the host cache (hostcache.Cache.MaxBytes; 0 is
+	// bothy.DefaultCacheBytes).
+	CacheBytes int64
 	// EgressAllowPrivate lists the CIDR prefixes the egress broker may
 	// reach although private (bothy.Policy).
 	EgressAllowPrivate []string
@@ -247,6 +251,13 @@ func NewAgent(cfg AgentConfig) (*agent.Agent, error) {
 	cache, err := hostcache.Open(filepath.Join(cfg.Data, "cache"))
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	cache.MaxBytes, cache.Logger = cfg.CacheBytes, cfg.Logger
+	if cache.MaxBytes <= 0 {
+		cache.MaxBytes = bothy.DefaultCacheBytes
 	}
 	provs := map[string]bothy.Provider{}
 	for _, p := range cfg.Providers {

@@ -38,6 +38,7 @@ type runConfig struct {
 	scratch      string
 	allowPrivate string
 	policyFile   string
+	cacheBytes   string
 	workspace    string
 	set          map[string]bool // flags given on the command line
 }
@@ -54,9 +55,10 @@ func (rc *runConfig) register(fs *flag.FlagSet) {
 	fs.DurationVar(&rc.cmdTimeout, "command-timeout", time.Hour, "the timeout of a command whose run gives none (timeout_ms); 0 is none")
 	fs.Int64Var(&rc.nofile, "lease-nofile", 1024, "each command's limit on open files (RLIMIT_NOFILE, soft and hard), per process")
 	fs.StringVar(&rc.scratch, "lease-scratch", "10GiB", "each lease's limit on what its commands write (a file may not grow past it; a command whose writes pass it is killed, disk_limited)")
+	fs.StringVar(&rc.cacheBytes, "cache-bytes", "10GiB", cacheBytesUsage)
 	fs.StringVar(&rc.allowPrivate, "egress-allow-private", "", "CIDR prefixes (comma-separated) the egress broker may reach although loopback or private; the metadata address stays denied")
 	fs.StringVar(&rc.workspace, "workspace", "overlay", workspaceUsage)
-	fs.StringVar(&rc.policyFile, "policy", "", "policy file (JSON bothy.Policy: profiles, limits, egress_allow_private); replaces --profiles, --lease-*, --command-timeout and --egress-allow-private")
+	fs.StringVar(&rc.policyFile, "policy", "", "policy file (JSON bothy.Policy: profiles, limits, egress_allow_private, command_timeout_ms, cache_bytes); replaces --profiles, --lease-*, --command-timeout, --egress-allow-private and --cache-bytes")
 }
 
 // policy returns the server's policy: the --policy file, or one built from
@@ -75,7 +77,11 @@ func (rc *runConfig) policy(fs *flag.FlagSet) (*bothy.Policy, error) {
 		if rc.cmdTimeout < 0 {
 			return nil, bothy.Errorf(bothy.EINVALID, "--command-timeout must not be negative")
 		}
-		p := &bothy.Policy{Profiles: profiles, Limits: limits, CommandTimeoutMS: rc.cmdTimeout.Milliseconds()}
+		cache, err := parseBytes(rc.cacheBytes)
+		if err != nil {
+			return nil, bothy.Errorf(bothy.EINVALID, "--cache-bytes: %v", err)
+		}
+		p := &bothy.Policy{Profiles: profiles, Limits: limits, CommandTimeoutMS: rc.cmdTimeout.Milliseconds(), CacheBytes: cache}
 		for s := range strings.SplitSeq(rc.allowPrivate, ",") {
 			if s = strings.TrimSpace(s); s != "" {
 				p.EgressAllowPrivate = append(p.EgressAllowPrivate, s)
@@ -86,7 +92,7 @@ func (rc *runConfig) policy(fs *flag.FlagSet) (*bothy.Policy, error) {
 	var clash []string
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "profiles", "lease-memory", "lease-cpus", "lease-pids", "lease-nofile", "lease-scratch", "command-timeout", "egress-allow-private":
+		case "profiles", "lease-memory", "lease-cpus", "lease-pids", "lease-nofile", "lease-scratch", "command-timeout", "egress-allow-private", "cache-bytes":
 			clash = append(clash, "--"+f.Name)
 		}
 	})
@@ -200,6 +206,9 @@ func agentID() string {
 	}, host)
 }
 
+// cacheBytesUsage is the help of serve's and agent's --cache-bytes.
+const cacheBytesUsage = "bound on the host cache of materialized revisions (DATA/cache): past it the least recently used trees no lease uses are evicted"
+
 // workspaceUsage is the help of serve's and agent's --workspace.
 const workspaceUsage = "how a lease's workspace is made: overlay (an overlayfs over the host cache; needs root) or copy (a plain copy of the base revision; needs no root, for the process provider only)"
 
@@ -215,6 +224,7 @@ func runAgent(ctx context.Context, args []string) error {
 	id := fs.String("id", agentID(), "the agent's id (its token polls as that id only)")
 	allowPrivate := fs.String("egress-allow-private", "", "CIDR prefixes (comma-separated) the egress broker may reach although loopback or private; the metadata address stays denied")
 	workspace := fs.String("workspace", "overlay", workspaceUsage)
+	cacheBytes := fs.String("cache-bytes", "10GiB", cacheBytesUsage)
 	args, err := parseFlags(fs, &cfg, args)
 	usage := "usage: bothy agent --control URL [--join-token-file FILE | --agent-token-file FILE] [--ca-file PEM] [--id ID] [--data DIR] --blobs URL [--workspace overlay|copy]"
 	if err != nil {
@@ -225,6 +235,10 @@ func runAgent(ctx context.Context, args []string) error {
 		return bothy.Errorf(bothy.EINVALID, "--agent-token-file and --join-token-file exclude each other")
 	} else if cfg.blobs == "" {
 		return bothy.Errorf(bothy.EINVALID, "bothy agent needs --blobs: the control plane's blob store (its DATA/blobs, or gs://...)")
+	}
+	cacheMax, err := parseBytes(*cacheBytes)
+	if err != nil || cacheMax <= 0 {
+		return bothy.Errorf(bothy.EINVALID, "--cache-bytes %q is not a size above 0", *cacheBytes)
 	}
 	if err := os.MkdirAll(cfg.data, 0o700); err != nil {
 		return err
@@ -237,7 +251,7 @@ func runAgent(ctx context.Context, args []string) error {
 	if strings.HasPrefix(*url, "http://") && !loopbackURL(*url) {
 		log.Warn("the control plane's URL is plain HTTP beyond loopback: the agent token, lease credentials and secret values cross the network in clear text", "control", *url)
 	}
-	ac := bserver.AgentConfig{Data: cfg.data, ID: *id, URL: *url, TLS: tlsConfig, Logger: log}
+	ac := bserver.AgentConfig{Data: cfg.data, ID: *id, URL: *url, TLS: tlsConfig, CacheBytes: cacheMax, Logger: log}
 	if *tokenFile != "" {
 		b, err := os.ReadFile(*tokenFile)
 		if err != nil {

@@ -39,6 +39,12 @@ func TestRunConfig_Policy(t *testing.T) {
 	if p.Profiles["strong"] != "gvisor" || p.Limits.ScratchBytes != 1<<30 || p.Limits.MemoryBytes != 2<<30 || p.Limits.OpenFiles != 1024 || p.CommandTimeoutMS != 3600000 || len(p.EgressAllowPrivate) != 1 {
 		t.Errorf("policy from flags: %+v", p)
 	}
+	if p.CacheLimit() != 10<<30 {
+		t.Errorf("default cache_bytes %d, want 10 GiB", p.CacheLimit())
+	}
+	if p, err := parse("--cache-bytes", "2GiB"); err != nil || p.CacheBytes != 2<<30 {
+		t.Errorf("--cache-bytes 2GiB: %+v, %v", p, err)
+	}
 
 	good := write("good.json", `{"profiles": {"standard": "bwrap"}, "limits": {"memory_bytes": 1073741824, "scratch_bytes": 5000000, "nofile": 4096}, "egress_allow_private": ["10.9.0.0/16"], "command_timeout_ms": 60000}`)
 	if p, err = parse("--policy", good); err != nil {
