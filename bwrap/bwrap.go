@@ -249,6 +249,20 @@ func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error
 // sandbox.
 func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
 	dir, err := p.leases.Create(spec, 0o711)
+	if bothy.ErrorCode(err) == bothy.ECONFLICT {
+		// A start cut short (its caller died before it recorded the
+		// handle, so it asks again) left the lease's directory: undo
+		// what it did, from what follows from the lease's id, and start
+		// afresh.
+		stale := &state{Dir: filepath.Join(p.leases.Dir, spec.LeaseID), Cgroups: p.cgroups(spec.LeaseID)}
+		if uid, uerr := p.leases.UIDs.Reserve(spec.LeaseID); uerr == nil {
+			stale.UID = uid
+		}
+		if res := p.teardown(stale); !res.Empty() {
+			return nil, fmt.Errorf("lease %s: a start cut short left what cannot be undone: %+v", spec.LeaseID, res)
+		}
+		dir, err = p.leases.Create(spec, 0o711)
+	}
 	if err != nil {
 		return nil, err
 	}

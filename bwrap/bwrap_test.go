@@ -124,3 +124,32 @@ func TestExec_OnlyItsDescriptors(t *testing.T) {
 		t.Fatalf("the command's descriptors and files: %q (stderr %q, result %+v), want %q", out, errOut, res, want)
 	}
 }
+
+// TestProvider_StartAgainAfterCutShort: a caller that died after Start but
+// before it recorded the handle asks to start the lease again (chaos
+// suite: serve killed during a cold start). The second Start undoes what
+// the first left and starts afresh, rather than failing with "already
+// started"; the first sandbox is gone and nothing is left at Stop.
+func TestProvider_StartAgainAfterCutShort(t *testing.T) {
+	p := newProvider(t)
+	spec := bothy.LeaseSpec{LeaseID: providertest.NewID("lease"), ComputerID: providertest.NewID("computer"), Generation: 1, Workspace: t.TempDir()}
+	first, err := p.Start(t.Context(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := p.Start(t.Context(), spec)
+	if err != nil {
+		p.Stop(t.Context(), first)
+		t.Fatalf("Start of a lease a start cut short left: %v", err)
+	}
+	defer func() {
+		if res, err := p.Stop(t.Context(), second); err != nil || !res.Empty() {
+			t.Errorf("Stop: residue %+v, error %v", res, err)
+		}
+	}()
+	raw, _ := first.Encode()
+	if _, err := p.Recover(t.Context(), raw); bothy.ErrorCode(err) != bothy.ENOTFOUND {
+		t.Errorf("the first sandbox after the second Start: %v, want not_found", err)
+	}
+	providertest.WantAlive(t, p, second, "after a start cut short")
+}
