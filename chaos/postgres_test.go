@@ -1,3 +1,8 @@
+//go:build chaosknown
+
+// This trial fails on main today (see docs/chaos.md, "Known failures"),
+// so it builds only with -tags chaosknown until the bug it finds is fixed.
+
 package chaos_test
 
 import (
