@@ -72,6 +72,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -120,6 +121,11 @@ type Provider struct {
 	// acct is the hierarchy that holds the cpuacct controller: "cpuacct",
 	// or "cpu" where the two are mounted together.
 	acct string
+	// owned holds the ids of the leases this Provider started or
+	// recovered and has not stopped: a second Start of one of them is
+	// ECONFLICT, while the directory of any other is what a start in a
+	// process that died left behind.
+	owned sync.Map
 }
 
 // state is the provider's part of a handle.
@@ -248,10 +254,13 @@ func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error
 // already the uid's, creates its cgroups with the limits and starts its
 // sandbox.
 func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
+	if _, ok := p.owned.Load(spec.LeaseID); ok {
+		return nil, bothy.Errorf(bothy.ECONFLICT, "lease %s is already started", spec.LeaseID)
+	}
 	dir, err := p.leases.Create(spec, 0o711)
 	if bothy.ErrorCode(err) == bothy.ECONFLICT {
-		// A start cut short (its caller died before it recorded the
-		// handle, so it asks again) left the lease's directory: undo
+		// A start in a process that died before its caller recorded the
+		// handle (so it asks again) left the lease's directory: undo
 		// what it did, from what follows from the lease's id, and start
 		// afresh.
 		stale := &state{Dir: filepath.Join(p.leases.Dir, spec.LeaseID), Cgroups: p.cgroups(spec.LeaseID)}
@@ -273,6 +282,7 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 		p.teardown(st)
 		return nil, err
 	}
+	p.owned.Store(spec.LeaseID, true)
 	return h, nil
 }
 
@@ -347,7 +357,11 @@ func (p *Provider) start(ctx context.Context, spec bothy.LeaseSpec, st *state) (
 // Stop kills every process of the lease, removes its cgroups, unmounts and
 // removes its directory, and frees its uid once no process runs as it.
 func (p *Provider) Stop(ctx context.Context, h *bothy.SandboxHandle) (*bothy.Residue, error) {
-	return sandbox.Stop(h, decodeState, p.teardown)
+	res, err := sandbox.Stop(h, decodeState, p.teardown)
+	if err == nil && res.Empty() {
+		p.owned.Delete(h.LeaseID)
+	}
+	return res, err
 }
 
 // teardown undoes whatever part of Start happened and reports what it
@@ -423,6 +437,7 @@ func (p *Provider) Recover(ctx context.Context, handle []byte) (*bothy.SandboxHa
 	if startTime(st.Holder) != st.HolderStart {
 		return nil, bothy.Errorf(bothy.ENOTFOUND, "sandbox of lease %s is gone (its init %d has ended)", h.LeaseID, st.Holder)
 	}
+	p.owned.Store(h.LeaseID, true)
 	return h, nil
 }
 
