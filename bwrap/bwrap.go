@@ -254,9 +254,18 @@ func (p *Provider) WorkspaceUID(ctx context.Context, leaseID string) (int, error
 // already the uid's, creates its cgroups with the limits and starts its
 // sandbox.
 func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
-	if _, ok := p.owned.Load(spec.LeaseID); ok {
+	if _, dup := p.owned.LoadOrStore(spec.LeaseID, true); dup {
 		return nil, bothy.Errorf(bothy.ECONFLICT, "lease %s is already started", spec.LeaseID)
 	}
+	h, err := p.startOwned(ctx, spec)
+	if err != nil {
+		p.owned.Delete(spec.LeaseID)
+	}
+	return h, err
+}
+
+// startOwned is Start of a lease that owned now holds.
+func (p *Provider) startOwned(ctx context.Context, spec bothy.LeaseSpec) (*bothy.SandboxHandle, error) {
 	dir, err := p.leases.Create(spec, 0o711)
 	if bothy.ErrorCode(err) == bothy.ECONFLICT {
 		// A start in a process that died before its caller recorded the
@@ -282,7 +291,6 @@ func (p *Provider) Start(ctx context.Context, spec bothy.LeaseSpec) (*bothy.Sand
 		p.teardown(st)
 		return nil, err
 	}
-	p.owned.Store(spec.LeaseID, true)
 	return h, nil
 }
 

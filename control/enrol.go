@@ -9,8 +9,8 @@ import (
 )
 
 // AgentCredential implements runtime.Control: a join token of the agent
-// (enrol:ID, consumed) or the agent's current agent token (revoked once
-// the new one exists) buys a new agent token that expires after
+// (enrol:ID) or the agent's current agent token, either consumed (revoked
+// in the same step), buys a new agent token that expires after
 // Config.AgentCredentialTTL, of the same tenant and owner.
 func (c *Controller) AgentCredential(ctx context.Context, token string, req *runtime.CredentialRequest) (*runtime.CredentialResponse, error) {
 	if err := bothy.ValidateID("agent id", req.AgentID); err != nil {
@@ -37,6 +37,14 @@ func (c *Controller) AgentCredential(ctx context.Context, token string, req *run
 			return nil, refused
 		}
 	case bothy.AgentOf(p.Scopes) == req.AgentID:
+		// Consumed like a join token, so that of two renewals with one
+		// token (a thief's and the agent's) one wins.
+		if p, err = c.store.ConsumeToken(ctx, token); err != nil {
+			if bothy.ErrorCode(err) != bothy.EUNAUTHORIZED {
+				return nil, err
+			}
+			return nil, refused
+		}
 		renewal = true
 	default:
 		return nil, refused
@@ -45,13 +53,6 @@ func (c *Controller) AgentCredential(ctx context.Context, token string, req *run
 	t, secret, err := c.store.CreateToken(ctx, p.TenantID, p.Owner, []string{bothy.ScopeAgentPrefix + req.AgentID}, expires)
 	if err != nil {
 		return nil, err
-	}
-	if renewal {
-		if err := c.store.RevokeToken(ctx, p.TenantID, p.TokenID); err != nil {
-			// The new token is not handed out: the old one still works.
-			c.store.RevokeToken(ctx, p.TenantID, t.ID)
-			return nil, err
-		}
 	}
 	c.log.Info("agent credential issued", "agent", req.AgentID, "token", t.ID, "renewal", renewal, "expires", expires)
 	return &runtime.CredentialResponse{Token: secret, ExpiresAt: t.ExpiresAt}, nil

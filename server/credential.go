@@ -103,7 +103,7 @@ func (c *Credential) Run(ctx context.Context) {
 		case <-time.After(time.Until(at)):
 		}
 		for ctx.Err() == nil {
-			resp, err := c.ctl.AgentCredential(ctx, cur.Token, &runtime.CredentialRequest{AgentID: c.id})
+			resp, err := c.ctl.AgentCredential(ctx, c.Token(), &runtime.CredentialRequest{AgentID: c.id})
 			if err == nil {
 				err = c.keep(resp)
 			}
@@ -121,9 +121,13 @@ func (c *Credential) Run(ctx context.Context) {
 	}
 }
 
-// keep stores a new token, in the file first (0600, atomically).
+// keep takes a new token at once (the one it replaces is revoked), then
+// stores it in the file (0600, atomically).
 func (c *Credential) keep(resp *runtime.CredentialResponse) error {
 	next := storedCredential{Token: resp.Token, ExpiresAt: resp.ExpiresAt, IssuedAt: time.Now()}
+	c.mu.Lock()
+	c.cur = next
+	c.mu.Unlock()
 	b, _ := json.Marshal(next)
 	tmp := c.path + ".tmp"
 	os.Remove(tmp)
@@ -145,8 +149,5 @@ func (c *Credential) keep(resp *runtime.CredentialResponse) error {
 		os.Remove(tmp)
 		return fmt.Errorf("keep the agent's credential: %w", err)
 	}
-	c.mu.Lock()
-	c.cur = next
-	c.mu.Unlock()
 	return nil
 }
